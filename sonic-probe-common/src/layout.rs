@@ -1,0 +1,364 @@
+//! Constants, map layouts and event layouts shared with the BPF programs.
+//!
+//! Everything here is written once in Rust and generated into C (see
+//! `cgen.rs`). Event kinds, counter indices and flag bits are fixed numbers:
+//! a number that was used is never reused for something else, so an old
+//! daemon never misreads a new program's events.
+
+#[cfg(test)]
+use crate::cgen::SharedStruct;
+use crate::cgen::{write_define, write_struct};
+use crate::shared_struct;
+
+macro_rules! shared_consts {
+    ($( $(#[doc = $doc:literal])* pub const $name:ident : $ty:ty = $value:expr; )*) => {
+        $( $(#[doc = $doc])* pub const $name: $ty = $value; )*
+
+        /// Writes every constant of this list as `#define SP_<NAME>`.
+        fn write_consts(out: &mut String) {
+            $( write_define(out, stringify!($name), $name, concat!($($doc, "\n",)*)); )*
+        }
+    };
+}
+
+shared_consts! {
+    /// Bytes of a task name, NUL included (TASK_COMM_LEN).
+    pub const COMM_LEN: usize = 16;
+    /// Bytes of a path captured at openat entry, NUL included. Longer paths
+    /// are cut and flagged with EMIT_PATH_TRUNCATED.
+    pub const PATH_CAP: usize = 256;
+    /// Latency histogram buckets. Bucket 0 holds d <= 2^LATENCY_MIN_SHIFT ns,
+    /// bucket i (1 <= i < LATENCY_BUCKETS-1) holds 2^(MIN+i-1) < d <= 2^(MIN+i)
+    /// ns, the last bucket everything longer (about 34 s and up).
+    pub const LATENCY_BUCKETS: usize = 27;
+    /// log2 of the first latency bucket's upper bound in nanoseconds.
+    pub const LATENCY_MIN_SHIFT: u32 = 10;
+
+    /// Ring buffer event: a system call without a path (struct syscall_event).
+    pub const EVENT_SYSCALL: u32 = 1;
+    /// Ring buffer event: a system call with its path (struct syscall_path_event).
+    pub const EVENT_SYSCALL_PATH: u32 = 2;
+    /// Ring buffer event: a process called execve (struct process_event).
+    pub const EVENT_PROCESS_EXEC: u32 = 3;
+    /// Ring buffer event: a new process was forked (struct process_event).
+    pub const EVENT_PROCESS_FORK: u32 = 4;
+    /// Ring buffer event: the last thread of a process exited (struct process_event).
+    pub const EVENT_PROCESS_EXIT: u32 = 5;
+
+    /// Why a call was sent: it carries a path read at entry (openat).
+    pub const EMIT_PATH: u16 = 1;
+    /// Why a call was sent: it took at least slow_call_ns.
+    pub const EMIT_SLOW: u16 = 2;
+    /// Why a call was sent: it failed and its syscall is in error_event_mask.
+    pub const EMIT_ERROR: u16 = 4;
+    /// Why a call was sent: its size argument is at least large_map_bytes.
+    pub const EMIT_LARGE_MAP: u16 = 8;
+    /// Why a call was sent: per-event mode (emit_all) is on.
+    pub const EMIT_TRACE: u16 = 16;
+    /// Flag: the path did not fit in PATH_CAP bytes and was cut.
+    pub const EMIT_PATH_TRUNCATED: u16 = 32;
+    /// Flag: the path could not be read from user memory.
+    pub const EMIT_PATH_UNREADABLE: u16 = 64;
+
+    /// probe_config.filter_flags: only target processes are traced (else the whole host).
+    pub const FILTER_TARGETS: u32 = 1;
+    /// probe_config.filter_flags: processes in target cgroups are traced.
+    pub const FILTER_CGROUPS: u32 = 2;
+
+    /// target_processes value: named by --pid (or forked by one, see FOLLOW_FORKS).
+    pub const TARGET_PID: u32 = 1;
+    /// target_processes value: its name matches a --comm target.
+    pub const TARGET_COMM: u32 = 2;
+    /// target_processes value: processes it forks become targets too.
+    pub const TARGET_FOLLOW_FORKS: u32 = 4;
+
+    /// counters index: events the programs tried to send.
+    pub const COUNTER_EVENTS_SENT: u32 = 0;
+    /// counters index: events lost because the ring buffer was full.
+    pub const COUNTER_DROP_RINGBUF: u32 = 1;
+    /// counters index: calls not measured, no per-thread state could be had.
+    pub const COUNTER_DROP_THREAD_STATE: u32 = 2;
+    /// counters index: calls counted in the overflow entry, stats map full.
+    pub const COUNTER_STATS_OVERFLOW: u32 = 3;
+    /// counters index: calls lost, stats map full and no overflow entry.
+    pub const COUNTER_DROP_STATS: u32 = 4;
+    /// counters index: errors counted in the overflow entry, errors map full.
+    pub const COUNTER_ERRORS_OVERFLOW: u32 = 5;
+    /// counters index: errors lost, errors map full and no overflow entry.
+    pub const COUNTER_DROP_ERRORS: u32 = 6;
+    /// counters index: forked children not followed, target map full.
+    pub const COUNTER_DROP_TARGET: u32 = 7;
+    /// Number of counters.
+    pub const NR_COUNTERS: u32 = 8;
+
+    /// max_entries of target_processes.
+    pub const MAX_TARGET_PROCESSES: u32 = 65536;
+    /// max_entries of target_comms.
+    pub const MAX_TARGET_COMMS: u32 = 256;
+    /// max_entries of target_cgroups.
+    pub const MAX_TARGET_CGROUPS: u32 = 256;
+    /// Deepest cgroup level a --cgroup target may have (bits of cgroup_levels).
+    pub const MAX_CGROUP_LEVEL: u32 = 31;
+    /// max_entries of syscall_stats (per-CPU, allocated on use).
+    pub const MAX_STATS_ENTRIES: u32 = 16384;
+    /// max_entries of syscall_errors (per-CPU, allocated on use).
+    pub const MAX_ERROR_ENTRIES: u32 = 8192;
+    /// Mask giving the futex command from its op argument (stats_key.variant).
+    pub const FUTEX_CMD_MASK: u64 = 0x7f;
+    /// Default ring buffer size in bytes (a power of two, multiple of the page size).
+    pub const DEFAULT_RINGBUF_BYTES: u32 = 4 << 20;
+}
+
+shared_struct! {
+    /// Runtime settings of the BPF programs: the single entry of the
+    /// `config` array map, written by the daemon, changeable while attached.
+    pub struct ProbeConfig as "probe_config" {
+        /// FILTER_* bits; 0 traces every process on the host.
+        pub filter_flags: u32,
+        /// Bit n set: some target cgroup sits at cgroup level n.
+        pub cgroup_levels: u32,
+        /// The daemon's own process, never traced.
+        pub self_tgid: u32,
+        /// Non-zero: send every traced call as an event (strace mode).
+        pub emit_all: u32,
+        /// Bit per syscall index: failed calls of it are sent as events.
+        pub error_event_mask: u32,
+        pub _pad: u32,
+        /// Calls lasting at least this long are sent as events (0: never).
+        pub slow_call_ns: u64,
+        /// mmap/munmap of at least this many bytes are sent as events (0: never).
+        pub large_map_bytes: u64,
+    }
+}
+
+shared_struct! {
+    /// Per-thread state between system call entry and exit (task storage).
+    pub struct ThreadState as "thread_state" {
+        /// bpf_ktime_get_ns() at entry.
+        pub start_ns: u64,
+        /// The six raw argument registers at entry.
+        pub args: [u64; 6],
+        /// Syscall index of the call in progress.
+        pub syscall: u16,
+        /// Non-zero between a traced entry and its exit.
+        pub active: u16,
+        /// EMIT_PATH_* flags of the captured path.
+        pub path_flags: u16,
+        /// Length of path without its NUL, 0 if none.
+        pub path_len: u16,
+        /// Path argument read at entry (openat), NUL terminated.
+        pub path: [u8; 256],
+    }
+}
+
+shared_struct! {
+    /// Key of syscall_stats: one entry per process, process name, syscall and variant.
+    pub struct StatsKey as "stats_key" {
+        /// Process id (thread group id); 0 is the overflow entry.
+        pub tgid: u32,
+        /// Syscall index.
+        pub syscall: u16,
+        /// Sub-kind of the call: the futex command (op & FUTEX_CMD_MASK), else 0.
+        pub variant: u16,
+        /// Name of the thread-group leader when the call ended.
+        pub comm: [u8; 16],
+    }
+}
+
+shared_struct! {
+    /// Value of syscall_stats (per CPU; the daemon sums the CPUs). The
+    /// number of calls is the sum of the latency buckets: every call lands
+    /// in exactly one, so histogram count and buckets always agree.
+    pub struct SyscallStats as "syscall_stats" {
+        /// Calls that returned an error (-4095..-1).
+        pub errors: u64,
+        /// Sum of call durations in nanoseconds.
+        pub total_ns: u64,
+        /// Bytes moved, see the syscall table.
+        pub bytes: u64,
+        /// Log2 latency histogram, see LATENCY_BUCKETS.
+        pub latency: [u64; 27],
+    }
+}
+
+shared_struct! {
+    /// Key of syscall_errors (value: a per-CPU u64 count).
+    pub struct ErrorKey as "error_key" {
+        /// Process id; 0 is the overflow entry.
+        pub tgid: u32,
+        /// Syscall index.
+        pub syscall: u16,
+        /// Positive errno; 0 in the overflow entry.
+        pub errno: u16,
+        /// Name of the thread-group leader when the call ended.
+        pub comm: [u8; 16],
+    }
+}
+
+shared_struct! {
+    /// Key of target_comms.
+    pub struct CommKey as "comm_key" {
+        /// Process name, NUL padded.
+        pub comm: [u8; 16],
+    }
+}
+
+shared_struct! {
+    /// Start of every ring buffer event.
+    pub struct EventHeader as "event_header" {
+        /// EVENT_* kind; decides the structure that follows.
+        pub kind: u32,
+        /// Process id (thread group id).
+        pub tgid: u32,
+        /// Thread id.
+        pub tid: u32,
+        /// CPU that produced the event.
+        pub cpu: u32,
+        /// bpf_ktime_get_ns() (CLOCK_MONOTONIC) of the event; the call's entry for calls.
+        pub time_ns: u64,
+    }
+}
+
+shared_struct! {
+    /// A traced call sent to user space (EVENT_SYSCALL).
+    pub struct SyscallEvent as "syscall_event" {
+        pub header: EventHeader,
+        /// Syscall index.
+        pub syscall: u16,
+        /// EMIT_* bits: why it was sent, and path flags.
+        pub reasons: u16,
+        /// Length of the path that follows (EVENT_SYSCALL_PATH), without NUL.
+        pub path_len: u16,
+        pub _pad: u16,
+        /// Duration from entry to exit in nanoseconds.
+        pub duration_ns: u64,
+        /// Raw return value (negative errno on failure).
+        pub ret: i64,
+        /// Raw arguments at entry.
+        pub args: [u64; 6],
+        /// Name of the calling thread.
+        pub thread_comm: [u8; 16],
+        /// Name of the thread-group leader.
+        pub process_comm: [u8; 16],
+    }
+}
+
+shared_struct! {
+    /// A traced call with the path read at entry (EVENT_SYSCALL_PATH).
+    pub struct SyscallPathEvent as "syscall_path_event" {
+        pub call: SyscallEvent,
+        /// NUL terminated; call.path_len bytes are meaningful.
+        pub path: [u8; 256],
+    }
+}
+
+shared_struct! {
+    /// Process lifecycle (EVENT_PROCESS_EXEC / FORK / EXIT).
+    pub struct ProcessEvent as "process_event" {
+        pub header: EventHeader,
+        /// Parent process id (fork: the forking process).
+        pub parent_tgid: u32,
+        /// Exit: the exit code as wait(2) reports it; otherwise 0.
+        pub exit_code: i32,
+        /// Process name after the event.
+        pub comm: [u8; 16],
+    }
+}
+
+pub(crate) fn write_c_constants(out: &mut String) {
+    write_consts(out);
+    out.push('\n');
+}
+
+pub(crate) fn write_c_structs(out: &mut String) {
+    write_struct::<ProbeConfig>(out);
+    write_struct::<ThreadState>(out);
+    write_struct::<StatsKey>(out);
+    write_struct::<SyscallStats>(out);
+    write_struct::<ErrorKey>(out);
+    write_struct::<CommKey>(out);
+    write_struct::<EventHeader>(out);
+    write_struct::<SyscallEvent>(out);
+    write_struct::<SyscallPathEvent>(out);
+    write_struct::<ProcessEvent>(out);
+}
+
+/// Upper bound in nanoseconds of latency bucket `i` (None for the last, +Inf).
+pub fn latency_bucket_upper_ns(i: usize) -> Option<u64> {
+    (i + 1 < LATENCY_BUCKETS).then(|| 1u64 << (LATENCY_MIN_SHIFT as usize + i))
+}
+
+/// The bucket a duration falls in; the same rule as the BPF side.
+pub fn latency_bucket(ns: u64) -> usize {
+    if ns <= 1 {
+        return 0;
+    }
+    let ceil_log2 = 64 - (ns - 1).leading_zeros();
+    (ceil_log2.saturating_sub(LATENCY_MIN_SHIFT) as usize).min(LATENCY_BUCKETS - 1)
+}
+
+/// A NUL-padded name as text (lossy for non-UTF-8 names).
+pub fn comm_str(comm: &[u8]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+/// A name as the kernel stores it: at most COMM_LEN-1 bytes, NUL padded.
+pub fn comm_bytes(name: &str) -> [u8; COMM_LEN] {
+    let mut out = [0u8; COMM_LEN];
+    let b = name.as_bytes();
+    let n = b.len().min(COMM_LEN - 1);
+    out[..n].copy_from_slice(&b[..n]);
+    out
+}
+
+// The sizes the ring buffer reader relies on; a change here is a change of
+// the event format and must come with a new kind number.
+const _: () = assert!(core::mem::size_of::<EventHeader>() == 24);
+const _: () = assert!(core::mem::size_of::<SyscallEvent>() == 128);
+const _: () = assert!(core::mem::size_of::<SyscallPathEvent>() == 128 + PATH_CAP);
+const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 48);
+const _: () = assert!(core::mem::size_of::<SyscallStats>() == 8 * (3 + LATENCY_BUCKETS));
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 64 + PATH_CAP);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_buckets_are_inclusive_upper_bounds() {
+        assert_eq!(latency_bucket(0), 0);
+        assert_eq!(latency_bucket(1024), 0);
+        assert_eq!(latency_bucket(1025), 1);
+        assert_eq!(latency_bucket(2048), 1);
+        assert_eq!(latency_bucket(2049), 2);
+        assert_eq!(latency_bucket(u64::MAX), LATENCY_BUCKETS - 1);
+        // 200 ms: 2^27 ns < 2e8 <= 2^28 ns, i.e. le = 0.268 s.
+        let b = latency_bucket(200_000_000);
+        assert_eq!(latency_bucket_upper_ns(b), Some(1 << 28));
+        for i in 0..LATENCY_BUCKETS - 1 {
+            let up = latency_bucket_upper_ns(i).unwrap();
+            assert_eq!(latency_bucket(up), i);
+            assert_eq!(latency_bucket(up + 1), i + 1);
+        }
+        assert_eq!(latency_bucket_upper_ns(LATENCY_BUCKETS - 1), None);
+    }
+
+    #[test]
+    fn comm_round_trip_and_truncation() {
+        assert_eq!(comm_str(&comm_bytes("python3")), "python3");
+        let long = comm_bytes("a-very-long-process-name");
+        assert_eq!(comm_str(&long).len(), COMM_LEN - 1);
+        assert_eq!(long[COMM_LEN - 1], 0);
+    }
+
+    #[test]
+    fn array_sizes_match_constants() {
+        let s = SyscallStats::zeroed();
+        assert_eq!(s.latency.len(), LATENCY_BUCKETS);
+        let t = ThreadState::zeroed();
+        assert_eq!(t.path.len(), PATH_CAP);
+        assert_eq!(SyscallPathEvent::zeroed().path.len(), PATH_CAP);
+        assert_eq!(StatsKey::zeroed().comm.len(), COMM_LEN);
+    }
+}

@@ -1,0 +1,15 @@
+//! What the kernel side and the user side of sonic-probe agree on.
+//!
+//! This crate is the one source of truth for every structure and number that
+//! crosses between the BPF programs (C, in `sonic-probe-ebpf`) and the daemon
+//! (Rust, in `sonic-probe`): event layouts, map keys and values, flag bits and
+//! the table of traced system calls. The C side never declares them: its
+//! header is generated from here by [`cgen::header`], with size and offset
+//! asserts, so the two views cannot drift apart.
+
+pub mod cgen;
+pub mod layout;
+pub mod syscalls;
+
+pub use cgen::SharedStruct;
+pub use layout::*;

@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: (MIT OR GPL-2.0) */
+/*
+ * The few kernel types sonic-probe's BPF programs touch, declared by hand.
+ *
+ * Why not a full vmlinux.h: a dump of one kernel's BTF is 130k lines and ties
+ * the source to the build machine. These declarations only need the fields we
+ * read; preserve_access_index makes clang emit CO-RE relocations, and aya
+ * resolves every field by name against the running kernel's BTF at load time,
+ * so offsets here do not need to match any particular kernel.
+ */
+#pragma once
+
+typedef unsigned char __u8;
+typedef signed char __s8;
+typedef unsigned short __u16;
+typedef short __s16;
+typedef unsigned int __u32;
+typedef int __s32;
+typedef unsigned long long __u64;
+typedef long long __s64;
+typedef __u16 __be16;
+typedef __u32 __be32;
+typedef __u32 __wsum;
+typedef int pid_t;
+typedef _Bool bool;
+#define true 1
+#define false 0
+
+/* uapi/linux/bpf.h: the constants the programs use. */
+enum bpf_map_type {
+	BPF_MAP_TYPE_HASH = 1,
+	BPF_MAP_TYPE_ARRAY = 2,
+	BPF_MAP_TYPE_PERCPU_HASH = 5,
+	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_LRU_HASH = 9,
+	BPF_MAP_TYPE_RINGBUF = 27,
+	BPF_MAP_TYPE_TASK_STORAGE = 29,
+};
+#define BPF_ANY 0
+#define BPF_NOEXIST 1
+#define BPF_F_NO_PREALLOC 1
+#define BPF_LOCAL_STORAGE_GET_F_CREATE 1
+#define BPF_RB_NO_WAKEUP 1
+#define BPF_RB_FORCE_WAKEUP 2
+
+/* arch/x86/include/asm/thread_info.h */
+#define TS_COMPAT 0x0002
+
+#pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
+
+struct pt_regs {
+	unsigned long r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;
+	unsigned long ax, cx, dx, si, di, orig_ax, ip;
+};
+
+typedef struct {
+	int counter;
+} atomic_t;
+
+struct thread_info {
+	unsigned int status;
+};
+
+struct signal_struct {
+	atomic_t live;
+};
+
+struct task_struct {
+	struct thread_info thread_info;
+	int exit_code;
+	pid_t pid;
+	pid_t tgid;
+	struct task_struct *real_parent;
+	struct task_struct *group_leader;
+	char comm[16];
+	struct signal_struct *signal;
+};
+
+struct linux_binprm;
+
+#pragma clang attribute pop

@@ -1,0 +1,164 @@
+//! Turns raw command-line arguments into a validated run configuration.
+//!
+//! Every check on user input happens here, before anything is loaded into
+//! the kernel, so that bad input costs one clear line and exit code 2 and
+//! never leaves a probe attached. The value parsers are shared by clap (and
+//! later the config file) so a flag and a key accept the same spellings.
+
+use std::{net::SocketAddr, time::Duration};
+
+use crate::{
+    cli::RunArgs,
+    error::{Error, Result},
+    targets::Targets,
+};
+
+/// Everything `sonic-probe run` needs, checked.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub targets: Targets,
+    pub listen: SocketAddr,
+    pub slow_call: Duration,
+    pub large_map_bytes: u64,
+    pub max_comms: usize,
+    pub ringbuf_bytes: u32,
+    pub bpf_stats: bool,
+}
+
+/// Largest ring buffer accepted (the kernel allows more; nobody needs it).
+pub const MAX_RINGBUF_BYTES: u64 = 1 << 30;
+/// Smallest ring buffer: one page.
+pub const MIN_RINGBUF_BYTES: u64 = 4096;
+/// Upper bound of --max-comms, to keep label cardinality sane.
+pub const MAX_COMM_LABELS: usize = 100_000;
+
+impl RunConfig {
+    pub fn from_args(args: &RunArgs) -> Result<Self> {
+        let targets = Targets::resolve(&args.pids, &args.comms, &args.cgroups)?;
+        Ok(RunConfig {
+            targets,
+            listen: args.listen,
+            slow_call: args.slow_threshold,
+            large_map_bytes: args.large_map_threshold,
+            max_comms: check_max_comms(args.max_comms)?,
+            ringbuf_bytes: check_ringbuf_size(args.ringbuf_size)?,
+            bpf_stats: args.bpf_stats,
+        })
+    }
+}
+
+fn check_max_comms(n: usize) -> Result<usize> {
+    if n == 0 || n > MAX_COMM_LABELS {
+        return Err(Error::usage(format!(
+            "--max-comms {n}: must be between 1 and {MAX_COMM_LABELS}"
+        )));
+    }
+    Ok(n)
+}
+
+fn check_ringbuf_size(bytes: u64) -> Result<u32> {
+    if !(MIN_RINGBUF_BYTES..=MAX_RINGBUF_BYTES).contains(&bytes) || !bytes.is_power_of_two() {
+        return Err(Error::usage(format!(
+            "--ringbuf-size {bytes}: must be a power of two between 4KiB and 1GiB"
+        )));
+    }
+    Ok(bytes as u32)
+}
+
+/// A duration such as `100ms`, `1s`, `2.5s`, `1m30s`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if let Some(secs) = s.strip_suffix('s').and_then(|n| n.parse::<f64>().ok()) {
+        // humantime has no fractions; "2.5s" is common enough to accept.
+        if (0.0..1e9).contains(&secs) {
+            return Ok(Duration::from_secs_f64(secs));
+        }
+    }
+    humantime::parse_duration(s)
+        .map_err(|e| format!("'{s}' is not a duration ({e}); use e.g. 500us, 100ms, 1s, 2.5s, 1m"))
+}
+
+/// A size in bytes: `4096`, `64KiB`, `16MiB`, `1GiB` (also K/M/G, KB/MB/GB as
+/// powers of 1024, as `free` and `ls -h` do).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let bad = || format!("'{s}' is not a size; use e.g. 4096, 64KiB, 16MiB, 1GiB");
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("'{s}' is too large"))
+}
+
+/// An `IP:PORT` socket address.
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    s.trim().parse().map_err(|_| {
+        format!(
+            "'{s}' is not an address to listen on; use IP:PORT, e.g. 127.0.0.1:9580 or [::]:9580"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("100ms").unwrap(), Duration::from_millis(100));
+        assert_eq!(parse_duration("1s").unwrap(), Duration::from_secs(1));
+        assert_eq!(parse_duration("2.5s").unwrap(), Duration::from_millis(2500));
+        assert_eq!(parse_duration("500us").unwrap(), Duration::from_micros(500));
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        for bad in ["", "fast", "-1s", "1 parsec", "1e99s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("64KiB").unwrap(), 64 << 10);
+        assert_eq!(parse_size("16MiB").unwrap(), 16 << 20);
+        assert_eq!(parse_size("16M").unwrap(), 16 << 20);
+        assert_eq!(parse_size("1 GiB").unwrap(), 1 << 30);
+        for bad in ["", "MiB", "-5", "1.5MiB", "12 parsecs", "99999999999999TiB"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(parse_listen("127.0.0.1:9580").unwrap().port(), 9580);
+        assert!(parse_listen("[::]:0").is_ok());
+        assert!(parse_listen("localhost").is_err());
+        assert!(parse_listen("1.2.3.4:99999").is_err());
+    }
+
+    #[test]
+    fn ringbuf_sizes() {
+        assert_eq!(check_ringbuf_size(4 << 20).unwrap(), 4 << 20);
+        assert!(check_ringbuf_size(4096).is_ok());
+        for bad in [0, 1000, 3 << 20, 2 << 30] {
+            assert!(
+                matches!(check_ringbuf_size(bad), Err(Error::Usage(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn max_comms_bounds() {
+        assert!(check_max_comms(0).is_err());
+        assert!(check_max_comms(1).is_ok());
+        assert!(check_max_comms(MAX_COMM_LABELS + 1).is_err());
+    }
+}

@@ -1,0 +1,181 @@
+//! Raw ring buffer bytes -> [`Event`], checking sizes before reading.
+//!
+//! Kinds are fixed numbers (sonic-probe-common); an unknown kind, a record
+//! shorter than its kind's structure, an unknown syscall index or a path
+//! length beyond the capture size is a decode error (counted, never a
+//! panic), so a mismatched program can't make the daemon misread memory.
+
+use sonic_probe_common::{
+    syscalls, EventHeader, ProcessEvent, SharedStruct, SyscallEvent, SyscallPathEvent,
+    EVENT_PROCESS_EXEC, EVENT_PROCESS_EXIT, EVENT_PROCESS_FORK, EVENT_SYSCALL, EVENT_SYSCALL_PATH,
+    PATH_CAP,
+};
+
+use super::{Call, Event, ProcessChange, ProcessKind};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("record of {0} bytes is shorter than an event header")]
+    Short(usize),
+    #[error("event kind {kind} needs {need} bytes, the record has {got}")]
+    Truncated { kind: u32, need: usize, got: usize },
+    #[error("unknown event kind {0}")]
+    UnknownKind(u32),
+    #[error("unknown syscall index {0}")]
+    UnknownSyscall(u16),
+    #[error("path length {0} exceeds the capture size")]
+    BadPathLength(u16),
+}
+
+/// Copies a `T` out of the front of `buf` after checking its length.
+fn read<T: SharedStruct>(buf: &[u8], kind: u32) -> Result<T, DecodeError> {
+    let need = core::mem::size_of::<T>();
+    if buf.len() < need {
+        return Err(DecodeError::Truncated {
+            kind,
+            need,
+            got: buf.len(),
+        });
+    }
+    // SAFETY: length checked above; T is plain old data (integers and
+    // arrays of integers), valid for any bit pattern; read_unaligned makes
+    // no alignment assumption.
+    Ok(unsafe { core::ptr::read_unaligned(buf.as_ptr().cast::<T>()) })
+}
+
+fn check_syscall(ev: &SyscallEvent) -> Result<(), DecodeError> {
+    syscalls::by_index(ev.syscall)
+        .map(|_| ())
+        .ok_or(DecodeError::UnknownSyscall(ev.syscall))
+}
+
+pub fn decode(buf: &[u8]) -> Result<Event, DecodeError> {
+    if buf.len() < core::mem::size_of::<EventHeader>() {
+        return Err(DecodeError::Short(buf.len()));
+    }
+    let kind = u32::from_ne_bytes(buf[..4].try_into().expect("4 bytes"));
+    match kind {
+        EVENT_SYSCALL => {
+            let raw: SyscallEvent = read(buf, kind)?;
+            check_syscall(&raw)?;
+            Ok(Event::Call(Call { raw, path: None }))
+        }
+        EVENT_SYSCALL_PATH => {
+            let ev: SyscallPathEvent = read(buf, kind)?;
+            check_syscall(&ev.call)?;
+            let len = usize::from(ev.call.path_len);
+            if len >= PATH_CAP {
+                return Err(DecodeError::BadPathLength(ev.call.path_len));
+            }
+            Ok(Event::Call(Call {
+                raw: ev.call,
+                path: Some(ev.path[..len].to_vec()),
+            }))
+        }
+        EVENT_PROCESS_EXEC | EVENT_PROCESS_FORK | EVENT_PROCESS_EXIT => {
+            let raw: ProcessEvent = read(buf, kind)?;
+            let kind = match kind {
+                EVENT_PROCESS_EXEC => ProcessKind::Exec,
+                EVENT_PROCESS_FORK => ProcessKind::Fork,
+                _ => ProcessKind::Exit,
+            };
+            Ok(Event::Process(ProcessChange { kind, raw }))
+        }
+        other => Err(DecodeError::UnknownKind(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sonic_probe_common::{comm_bytes, syscalls::OPENAT, EMIT_PATH};
+
+    fn bytes_of<T: SharedStruct>(v: &T) -> Vec<u8> {
+        // SAFETY: T is plain old data with explicit padding.
+        unsafe {
+            core::slice::from_raw_parts((v as *const T).cast::<u8>(), core::mem::size_of::<T>())
+        }
+        .to_vec()
+    }
+
+    fn openat(path: &str) -> SyscallPathEvent {
+        let mut ev = SyscallPathEvent::zeroed();
+        ev.call.header = EventHeader {
+            kind: EVENT_SYSCALL_PATH,
+            tgid: 7,
+            tid: 8,
+            cpu: 1,
+            time_ns: 99,
+        };
+        ev.call.syscall = OPENAT;
+        ev.call.reasons = EMIT_PATH;
+        ev.call.ret = -2;
+        ev.call.process_comm = comm_bytes("python3");
+        ev.call.path_len = path.len() as u16;
+        ev.path[..path.len()].copy_from_slice(path.as_bytes());
+        ev
+    }
+
+    #[test]
+    fn decodes_a_path_event() {
+        let Event::Call(c) = decode(&bytes_of(&openat("/models/x.pth"))).unwrap() else {
+            panic!("not a call")
+        };
+        assert_eq!(c.path_lossy().as_deref(), Some("/models/x.pth"));
+        assert_eq!((c.tgid(), c.tid(), c.errno()), (7, 8, Some(2)));
+        assert_eq!(c.syscall().name, "openat");
+        assert_eq!(c.process_name(), "python3");
+    }
+
+    #[test]
+    fn decodes_process_events() {
+        let mut ev = ProcessEvent::zeroed();
+        ev.header.kind = EVENT_PROCESS_EXIT;
+        ev.header.tgid = 42;
+        ev.exit_code = 256;
+        ev.comm = comm_bytes("dd");
+        let Event::Process(p) = decode(&bytes_of(&ev)).unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            (p.kind, p.tgid(), p.name()),
+            (ProcessKind::Exit, 42, "dd".to_string())
+        );
+    }
+
+    #[test]
+    fn rejects_short_unknown_and_inconsistent_records() {
+        assert_eq!(decode(&[0u8; 10]), Err(DecodeError::Short(10)));
+        let full = bytes_of(&openat("/x"));
+        assert!(matches!(
+            decode(&full[..200]),
+            Err(DecodeError::Truncated {
+                kind: EVENT_SYSCALL_PATH,
+                ..
+            })
+        ));
+        let mut unknown = full.clone();
+        unknown[..4].copy_from_slice(&77u32.to_ne_bytes());
+        assert_eq!(decode(&unknown), Err(DecodeError::UnknownKind(77)));
+        let mut bad = openat("/x");
+        bad.call.path_len = PATH_CAP as u16;
+        assert_eq!(
+            decode(&bytes_of(&bad)),
+            Err(DecodeError::BadPathLength(PATH_CAP as u16))
+        );
+        let mut bad = openat("/x");
+        bad.call.syscall = 999;
+        assert_eq!(
+            decode(&bytes_of(&bad)),
+            Err(DecodeError::UnknownSyscall(999))
+        );
+    }
+
+    #[test]
+    fn any_prefix_of_any_record_is_safe() {
+        let full = bytes_of(&openat("/models/lip_decoder.pth"));
+        for n in 0..full.len() {
+            let _ = decode(&full[..n]);
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Events from the ring buffer: what they are ([`Event`]), how raw bytes
+//! become one ([`decode`]), and the task that drains the ring ([`reader`]).
+//!
+//! Counts never come from here (the kernel keeps them exactly, see
+//! `stats.rs`); events carry what needs per-call handling: paths, slow
+//! calls, errors, large mappings, strace mode, and process lifecycle.
+
+mod decode;
+pub mod reader;
+
+use std::time::Duration;
+
+use sonic_probe_common::{
+    comm_str, syscalls, ProcessEvent, SyscallEvent, EVENT_PROCESS_EXEC, EVENT_PROCESS_EXIT,
+    EVENT_PROCESS_FORK, EVENT_SYSCALL, EVENT_SYSCALL_PATH,
+};
+
+pub use decode::{decode, DecodeError};
+
+/// One decoded ring buffer record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    Call(Call),
+    Process(ProcessChange),
+}
+
+/// A traced call that was sent to user space.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub raw: SyscallEvent,
+    /// The path read at entry (openat), raw bytes without NUL.
+    pub path: Option<Vec<u8>>,
+}
+
+impl Call {
+    pub fn tgid(&self) -> u32 {
+        self.raw.header.tgid
+    }
+    pub fn tid(&self) -> u32 {
+        self.raw.header.tid
+    }
+    pub fn syscall(&self) -> &'static syscalls::Syscall {
+        syscalls::by_index(self.raw.syscall).expect("decode checks the index")
+    }
+    pub fn duration(&self) -> Duration {
+        Duration::from_nanos(self.raw.duration_ns)
+    }
+    /// The positive errno if the call failed.
+    pub fn errno(&self) -> Option<u16> {
+        (-4095..0)
+            .contains(&self.raw.ret)
+            .then(|| (-self.raw.ret) as u16)
+    }
+    pub fn process_name(&self) -> String {
+        comm_str(&self.raw.process_comm)
+    }
+    pub fn thread_name(&self) -> String {
+        comm_str(&self.raw.thread_comm)
+    }
+    pub fn path_lossy(&self) -> Option<String> {
+        self.path
+            .as_ref()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+    }
+    pub fn has_reason(&self, bit: u16) -> bool {
+        self.raw.reasons & bit != 0
+    }
+}
+
+/// What happened to a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessKind {
+    Exec,
+    Fork,
+    Exit,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessChange {
+    pub kind: ProcessKind,
+    pub raw: ProcessEvent,
+}
+
+impl ProcessChange {
+    pub fn tgid(&self) -> u32 {
+        self.raw.header.tgid
+    }
+    pub fn name(&self) -> String {
+        comm_str(&self.raw.comm)
+    }
+}
+
+/// Event kinds as labels of sonic_probe_events_total, by kind number.
+pub const KIND_LABELS: &[(u32, &str)] = &[
+    (EVENT_SYSCALL, "syscall"),
+    (EVENT_SYSCALL_PATH, "syscall_path"),
+    (EVENT_PROCESS_EXEC, "process_exec"),
+    (EVENT_PROCESS_FORK, "process_fork"),
+    (EVENT_PROCESS_EXIT, "process_exit"),
+];
+
+impl Event {
+    /// The EVENT_* kind number it was decoded from.
+    pub fn kind(&self) -> u32 {
+        match self {
+            Event::Call(c) if c.path.is_some() => EVENT_SYSCALL_PATH,
+            Event::Call(_) => EVENT_SYSCALL,
+            Event::Process(p) => match p.kind {
+                ProcessKind::Exec => EVENT_PROCESS_EXEC,
+                ProcessKind::Fork => EVENT_PROCESS_FORK,
+                ProcessKind::Exit => EVENT_PROCESS_EXIT,
+            },
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! Loads the BPF object into the kernel, configures it, attaches its
+//! programs and hands out its maps.
+//!
+//! Everything kernel-facing goes through [`Probe`]: the rest of the daemon
+//! only sees typed maps. Dropping the probe (and the maps taken from it)
+//! detaches every program and frees every map: nothing is pinned, so nothing
+//! outlives the process, even after SIGKILL.
+
+mod targets;
+
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use aya::{
+    maps::{Array, MapData, MapError, PerCpuArray, PerCpuHashMap, PerCpuValues, RingBuf},
+    programs::{BtfTracePoint, ProgramError},
+    Btf, Ebpf, EbpfLoader,
+};
+use sonic_probe_common::{
+    syscalls::NR_SYSCALLS, ErrorKey, ProbeConfig, SharedStruct, StatsKey, SyscallStats,
+};
+use sonic_probe_ebpf::{maps, ProgramGroup, PROGRAMS};
+
+pub use targets::TargetMaps;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(
+        "kernel BTF is not available at /sys/kernel/btf/vmlinux: sonic-probe needs a kernel \
+         built with CONFIG_DEBUG_INFO_BTF=y (see README, supported kernels)"
+    )]
+    Btf(#[source] aya::BtfError),
+    #[error("cannot load the BPF object")]
+    Load(#[source] aya::EbpfError),
+    #[error("BPF program {name} (tracepoint {tracepoint})")]
+    Program {
+        name: &'static str,
+        tracepoint: &'static str,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("BPF map {name}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: MapError,
+    },
+    #[error("the BPF object has no {0}")]
+    Missing(&'static str),
+    #[error("cannot enable BPF run-time statistics")]
+    Stats(#[source] aya::sys::SyscallError),
+    #[error("cannot count the CPUs ({0})")]
+    Cpus(String),
+}
+
+fn map_err(name: &'static str) -> impl FnOnce(MapError) -> ProbeError {
+    move |source| ProbeError::Map { name, source }
+}
+
+/// The kernel counts of one program (when BPF statistics are on).
+#[derive(Debug, Clone)]
+pub struct ProgramStats {
+    pub name: &'static str,
+    pub run_time: Duration,
+    pub run_count: u64,
+}
+
+/// The loaded (and, after [`Probe::attach`], attached) BPF programs.
+pub struct Probe {
+    ebpf: Ebpf,
+    config: Array<MapData, ProbeConfig>,
+    attached: Vec<&'static str>,
+    stats_fd: Option<OwnedFd>,
+}
+
+impl Probe {
+    /// Loads the object and every program (verifying them) without attaching.
+    pub fn load(ringbuf_bytes: u32) -> Result<Self, ProbeError> {
+        let btf = Btf::from_sys_fs().map_err(ProbeError::Btf)?;
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            // Task storage (per-thread state) has no aya wrapper; only the
+            // kernel side uses it.
+            .allow_unsupported_maps()
+            .map_max_entries(maps::EVENTS, ringbuf_bytes)
+            .load(sonic_probe_ebpf::OBJECT)
+            .map_err(ProbeError::Load)?;
+        for spec in PROGRAMS {
+            let err = |source| ProbeError::Program {
+                name: spec.name,
+                tracepoint: spec.tracepoint,
+                source,
+            };
+            let prog: &mut BtfTracePoint = ebpf
+                .program_mut(spec.name)
+                .ok_or(ProbeError::Missing(spec.name))?
+                .try_into()
+                .map_err(err)?;
+            prog.load(spec.tracepoint, &btf).map_err(err)?;
+        }
+        let config =
+            Array::try_from(take(&mut ebpf, maps::CONFIG)?).map_err(map_err(maps::CONFIG))?;
+        Ok(Probe {
+            ebpf,
+            config,
+            attached: Vec::new(),
+            stats_fd: None,
+        })
+    }
+
+    /// Writes the runtime settings (effective at once, also while attached).
+    pub fn set_config(&mut self, cfg: &ProbeConfig) -> Result<(), ProbeError> {
+        self.config.set(0, cfg, 0).map_err(map_err(maps::CONFIG))
+    }
+
+    /// The target maps (taken out of the object; call once).
+    pub fn take_targets(&mut self) -> Result<TargetMaps, ProbeError> {
+        TargetMaps::new(
+            take(&mut self.ebpf, maps::TARGET_PROCESSES)?,
+            take(&mut self.ebpf, maps::TARGET_COMMS)?,
+            take(&mut self.ebpf, maps::TARGET_CGROUPS)?,
+        )
+    }
+
+    /// Attaches the programs of `group`, in [`PROGRAMS`] order.
+    pub fn attach(&mut self, group: ProgramGroup) -> Result<(), ProbeError> {
+        for spec in PROGRAMS.iter().filter(|s| s.group == group) {
+            let err = |source| ProbeError::Program {
+                name: spec.name,
+                tracepoint: spec.tracepoint,
+                source,
+            };
+            let prog: &mut BtfTracePoint = self
+                .ebpf
+                .program_mut(spec.name)
+                .ok_or(ProbeError::Missing(spec.name))?
+                .try_into()
+                .map_err(err)?;
+            prog.attach().map_err(err)?;
+            self.attached.push(spec.name);
+        }
+        Ok(())
+    }
+
+    /// Names of the attached programs.
+    pub fn attached(&self) -> &[&'static str] {
+        &self.attached
+    }
+
+    /// The ring buffer of per-call and lifecycle events (call once).
+    pub fn take_events(&mut self) -> Result<RingBuf<MapData>, ProbeError> {
+        RingBuf::try_from(take(&mut self.ebpf, maps::EVENTS)?).map_err(map_err(maps::EVENTS))
+    }
+
+    /// The aggregation maps, with their overflow entries created (call once).
+    pub fn take_aggregates(&mut self) -> Result<Aggregates, ProbeError> {
+        let mut stats: PerCpuHashMap<MapData, StatsKey, SyscallStats> =
+            PerCpuHashMap::try_from(take(&mut self.ebpf, maps::SYSCALL_STATS)?)
+                .map_err(map_err(maps::SYSCALL_STATS))?;
+        let mut errors: PerCpuHashMap<MapData, ErrorKey, u64> =
+            PerCpuHashMap::try_from(take(&mut self.ebpf, maps::SYSCALL_ERRORS)?)
+                .map_err(map_err(maps::SYSCALL_ERRORS))?;
+        let counters = PerCpuArray::try_from(take(&mut self.ebpf, maps::COUNTERS)?)
+            .map_err(map_err(maps::COUNTERS))?;
+        let cpus = aya::util::nr_cpus().map_err(|(f, e)| ProbeError::Cpus(format!("{f}: {e}")))?;
+        // The entries calls fall back to when a map is full (tgid 0, comm
+        // empty): totals stay exact, exported as comm="other".
+        for syscall in 0..NR_SYSCALLS as u16 {
+            let key = StatsKey {
+                tgid: 0,
+                syscall,
+                variant: 0,
+                comm: [0; 16],
+            };
+            let zero = PerCpuValues::try_from(vec![SyscallStats::zeroed(); cpus])
+                .map_err(|e| ProbeError::Cpus(e.to_string()))?;
+            stats
+                .insert(key, zero, 0)
+                .map_err(map_err(maps::SYSCALL_STATS))?;
+            let key = ErrorKey {
+                tgid: 0,
+                syscall,
+                errno: 0,
+                comm: [0; 16],
+            };
+            let zero = PerCpuValues::try_from(vec![0u64; cpus])
+                .map_err(|e| ProbeError::Cpus(e.to_string()))?;
+            errors
+                .insert(key, zero, 0)
+                .map_err(map_err(maps::SYSCALL_ERRORS))?;
+        }
+        Ok(Aggregates {
+            stats,
+            errors,
+            counters,
+        })
+    }
+
+    /// Turns on the kernel's BPF run-time statistics until the probe is dropped.
+    pub fn enable_run_time_stats(&mut self) -> Result<(), ProbeError> {
+        let fd = aya::sys::enable_stats(aya::sys::Stats::RunTime).map_err(ProbeError::Stats)?;
+        self.stats_fd = Some(fd);
+        Ok(())
+    }
+
+    /// Whether run-time statistics are being collected (by us or by sysctl).
+    pub fn run_time_stats_enabled(&self) -> bool {
+        self.stats_fd.is_some()
+            || std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
+                .is_ok_and(|s| s.trim() == "1")
+    }
+
+    /// Run time and count of every attached program, from the kernel.
+    pub fn program_stats(&self) -> Vec<ProgramStats> {
+        self.attached
+            .iter()
+            .filter_map(|&name| {
+                let info = self.ebpf.program(name)?.info().ok()?;
+                Some(ProgramStats {
+                    name,
+                    run_time: info.run_time(),
+                    run_count: info.run_count(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// The maps the daemon reads at scrape time.
+pub struct Aggregates {
+    /// (process, name, syscall, variant) -> per-CPU call statistics.
+    pub stats: PerCpuHashMap<MapData, StatsKey, SyscallStats>,
+    /// (process, name, syscall, errno) -> per-CPU error counts.
+    pub errors: PerCpuHashMap<MapData, ErrorKey, u64>,
+    /// COUNTER_* indices -> per-CPU counts.
+    pub counters: PerCpuArray<MapData, u64>,
+}
+
+fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map, ProbeError> {
+    ebpf.take_map(name).ok_or(ProbeError::Missing(name))
+}

@@ -1,0 +1,93 @@
+//! The target maps: which processes, names and cgroups the programs trace.
+//!
+//! The kernel keeps `target_processes` current by itself (forks inherit,
+//! exec re-checks names, exit removes); the daemon seeds it from the
+//! resolved [`Targets`] and from a scan of /proc for processes whose name
+//! already matches a --comm target.
+
+use aya::maps::{HashMap, Map, MapData};
+use sonic_probe_common::{comm_bytes, CommKey, TARGET_COMM, TARGET_FOLLOW_FORKS, TARGET_PID};
+use sonic_probe_ebpf::maps;
+
+use super::{map_err, ProbeError};
+use crate::{procfs, targets::Targets};
+
+pub struct TargetMaps {
+    processes: HashMap<MapData, u32, u32>,
+    comms: HashMap<MapData, CommKey, u32>,
+    cgroups: HashMap<MapData, u64, u32>,
+}
+
+impl TargetMaps {
+    pub(super) fn new(processes: Map, comms: Map, cgroups: Map) -> Result<Self, ProbeError> {
+        Ok(TargetMaps {
+            processes: HashMap::try_from(processes).map_err(map_err(maps::TARGET_PROCESSES))?,
+            comms: HashMap::try_from(comms).map_err(map_err(maps::TARGET_COMMS))?,
+            cgroups: HashMap::try_from(cgroups).map_err(map_err(maps::TARGET_CGROUPS))?,
+        })
+    }
+
+    /// Adds `flags` to a process's TARGET_* flags.
+    pub fn add_process(&mut self, tgid: u32, flags: u32) -> Result<(), ProbeError> {
+        let old = self.processes.get(&tgid, 0).unwrap_or(0);
+        self.processes
+            .insert(tgid, old | flags, 0)
+            .map_err(map_err(maps::TARGET_PROCESSES))
+    }
+
+    /// Writes the --pid, --comm and --cgroup targets (not yet the processes
+    /// matching --comm: see [`TargetMaps::scan_comms`]).
+    pub fn apply(&mut self, targets: &Targets) -> Result<(), ProbeError> {
+        for p in &targets.pids {
+            self.add_process(p.tgid, TARGET_PID | TARGET_FOLLOW_FORKS)?;
+        }
+        for c in &targets.comms {
+            let key = CommKey {
+                comm: comm_bytes(c),
+            };
+            self.comms
+                .insert(key, 1, 0)
+                .map_err(map_err(maps::TARGET_COMMS))?;
+        }
+        for c in &targets.cgroups {
+            self.cgroups
+                .insert(c.id, 1, 0)
+                .map_err(map_err(maps::TARGET_CGROUPS))?;
+        }
+        Ok(())
+    }
+
+    /// Marks running processes whose name is one of `comms` as targets.
+    /// Call after the exec program is attached, so that a process that
+    /// execs during the scan is caught by one or the other. Returns how many
+    /// processes matched.
+    pub fn scan_comms(&mut self, comms: &[String]) -> Result<usize, ProbeError> {
+        if comms.is_empty() {
+            return Ok(0);
+        }
+        let mut found = 0;
+        for pid in procfs::processes().unwrap_or_default() {
+            if pid == std::process::id() {
+                continue;
+            }
+            let Ok(name) = procfs::comm_of(pid) else {
+                continue;
+            };
+            if comms.contains(&name) {
+                self.add_process(pid, TARGET_COMM)?;
+                found += 1;
+            }
+        }
+        Ok(found)
+    }
+
+    /// Processes currently in the target set.
+    pub fn process_count(&self) -> usize {
+        self.processes.keys().filter(|k| k.is_ok()).count()
+    }
+
+    /// Whether `tgid` is in the target set, and with which flags.
+    pub fn process_flags(&self, tgid: u32) -> Option<u32> {
+        self.processes.get(&tgid, 0).ok()
+    }
+}
