@@ -93,10 +93,7 @@ pub struct RunArgs {
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(e.exit_code() as u8);
-        }
+        Err(e) => return usage_error(e),
     };
     init_logging(&cli.log_level);
     let result = match cli.command {
@@ -109,6 +106,23 @@ pub fn main() -> ExitCode {
             e.exit_code()
         }
     }
+}
+
+/// Help and version go out whole; a bad argument is one line (clap's first),
+/// exit code 2.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind::*;
+    match e.kind() {
+        DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+        }
+        _ => {
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("error: bad arguments");
+            eprintln!("sonic-probe: {first} (see --help)");
+        }
+    }
+    ExitCode::from(e.exit_code() as u8)
 }
 
 /// The error and its causes on one line.

@@ -74,6 +74,9 @@ pub fn probe_config(config: &RunConfig) -> ProbeConfig {
 
 async fn serve(config: RunConfig) -> Result<()> {
     let started = Instant::now();
+    // Handle SIGINT/SIGTERM from the start: a signal that arrives while
+    // attaching must still end in a clean detach, never a default kill.
+    let shutdown = ShutdownSignals::new()?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow!("cannot listen on {}: {e}", config.listen))?;
@@ -137,7 +140,7 @@ async fn serve(config: RunConfig) -> Result<()> {
         config.targets.describe(),
     );
 
-    let why = wait_for_shutdown().await?;
+    let why = shutdown.wait().await;
     info!("{why}: detaching and exiting");
     for task in [server, folder, consumer] {
         task.abort();
@@ -153,13 +156,25 @@ async fn serve(config: RunConfig) -> Result<()> {
     Ok(())
 }
 
-async fn wait_for_shutdown() -> Result<&'static str> {
-    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    })
+struct ShutdownSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    fn new() -> Result<Self> {
+        Ok(ShutdownSignals {
+            term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+        })
+    }
+
+    async fn wait(mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
 }
 
 async fn fold_periodically(store: Arc<Mutex<StatsStore>>) {

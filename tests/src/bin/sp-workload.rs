@@ -1,0 +1,193 @@
+//! A process whose system calls are known exactly, for the integration
+//! tests (see `sonic_probe_tests::workload` for the numbers).
+//!
+//! Usage: sp-workload [--name NAME] MODE [ARGS]
+//!   exact                      the fixed sequence of workload::exact
+//!   futex-wait MS              the main thread waits on a futex until a
+//!                              second thread wakes it MS ms later
+//!   spawn THREADS FORKS READS  threads and forked children read /dev/zero
+//!   idle                       nothing after the go signal
+//!
+//! Calls go straight to libc (no allocation, no std I/O) after the go
+//! signal so that nothing else is counted; it ends with _exit.
+
+use std::ffi::CString;
+
+use sonic_probe_tests::workload::exact;
+
+static mut BUF: [u8; 4096] = [0; 4096];
+
+fn die(msg: &str) -> ! {
+    eprintln!("sp-workload: {msg}");
+    std::process::exit(2)
+}
+
+fn buf() -> *mut libc::c_void {
+    std::ptr::addr_of_mut!(BUF).cast()
+}
+
+unsafe fn futex(word: *const u32, op: i32, val: u32, timeout: *const libc::timespec) -> i64 {
+    libc::syscall(libc::SYS_futex, word, op, val, timeout, 0usize, 0u32)
+}
+
+fn main() {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--name") {
+        if args.len() < 2 {
+            die("--name needs a value");
+        }
+        let name = CString::new(args[1].clone()).unwrap_or_else(|_| die("bad name"));
+        // SAFETY: PR_SET_NAME reads a NUL-terminated string of <= 16 bytes.
+        unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+        args.drain(..2);
+    }
+    let mode = args.first().cloned().unwrap_or_else(|| die("no mode"));
+    let num = |i: usize| -> u64 {
+        args.get(i)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| die("bad number"))
+    };
+    // Everything that allocates or opens happens before the go signal.
+    let zero = CString::new("/dev/zero").unwrap();
+    let null = CString::new("/dev/null").unwrap();
+    let missing = CString::new(exact::MISSING_PATH).unwrap();
+    let (threads, forks, reads, wait_ms) = match mode.as_str() {
+        "spawn" => (num(1), num(2), num(3), 0),
+        "futex-wait" => (0, 0, 0, num(1)),
+        "exact" | "idle" => (0, 0, 0, 0),
+        other => die(&format!("unknown mode {other}")),
+    };
+    let zero_fd = if mode == "spawn" {
+        // SAFETY: valid NUL-terminated path.
+        unsafe { libc::open(zero.as_ptr(), libc::O_RDONLY) }
+    } else {
+        -1
+    };
+
+    println!("ready");
+    let mut go = [0u8; 1];
+    // SAFETY: reading one byte into a local buffer.
+    unsafe { libc::read(0, go.as_mut_ptr().cast(), 1) };
+
+    match mode.as_str() {
+        // SAFETY (all modes): raw system calls on our own buffers and fds.
+        "exact" => unsafe {
+            let zfd = libc::open(zero.as_ptr(), libc::O_RDONLY);
+            for _ in 0..exact::DEV_NULL_OPENS {
+                let fd = libc::open(null.as_ptr(), libc::O_RDONLY);
+                libc::close(fd);
+            }
+            for _ in 0..exact::ENOENT_OPENS {
+                libc::open(missing.as_ptr(), libc::O_RDONLY);
+            }
+            for _ in 0..exact::READS_OK {
+                libc::read(zfd, buf(), exact::READ_SIZE as usize);
+            }
+            for _ in 0..exact::READS_EBADF {
+                libc::read(-1, buf(), 16);
+            }
+            for _ in 0..exact::MAPS_OK {
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    exact::MAP_SIZE as usize,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                libc::munmap(p, exact::MAP_SIZE as usize);
+            }
+            for _ in 0..exact::MMAP_EINVAL {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    0,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+            }
+            let word: u32 = 0;
+            for _ in 0..exact::FUTEX_WAKES {
+                futex(
+                    &word,
+                    libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                    1,
+                    std::ptr::null(),
+                );
+            }
+            let ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 1_000_000,
+            };
+            futex(&word, libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, 0, &ts); // ETIMEDOUT
+            futex(&word, libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, 1, &ts); // EAGAIN
+        },
+        "futex-wait" => unsafe {
+            static WORD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let mut tid: libc::pthread_t = 0;
+            extern "C" fn waker(arg: *mut libc::c_void) -> *mut libc::c_void {
+                let ms = arg as usize as u64;
+                let ts = libc::timespec {
+                    tv_sec: (ms / 1000) as i64,
+                    tv_nsec: ((ms % 1000) * 1_000_000) as i64,
+                };
+                // SAFETY: sleeping, then waking the main thread's futex.
+                unsafe {
+                    libc::nanosleep(&ts, std::ptr::null_mut());
+                    WORD.store(1, std::sync::atomic::Ordering::SeqCst);
+                    futex(
+                        WORD.as_ptr(),
+                        libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                        1,
+                        std::ptr::null(),
+                    );
+                }
+                std::ptr::null_mut()
+            }
+            libc::pthread_create(
+                &mut tid,
+                std::ptr::null(),
+                waker,
+                wait_ms as usize as *mut libc::c_void,
+            );
+            while WORD.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                futex(
+                    WORD.as_ptr(),
+                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                    0,
+                    std::ptr::null(),
+                );
+            }
+        },
+        "spawn" => unsafe {
+            let read_all = move |n: u64| {
+                for _ in 0..n {
+                    libc::read(zero_fd, buf(), 1024);
+                }
+            };
+            let mut children = Vec::with_capacity(forks as usize);
+            for _ in 0..forks {
+                let pid = libc::fork();
+                if pid == 0 {
+                    read_all(reads);
+                    libc::_exit(0);
+                }
+                children.push(pid);
+            }
+            let handles: Vec<_> = (0..threads)
+                .map(|_| std::thread::spawn(move || read_all(reads)))
+                .collect();
+            for h in handles {
+                let _ = h.join();
+            }
+            for pid in children {
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+        },
+        _ => {}
+    }
+    let _ = (threads, forks, reads);
+    // SAFETY: ending without running exit handlers (they could make calls).
+    unsafe { libc::_exit(0) }
+}

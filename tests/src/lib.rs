@@ -1,0 +1,457 @@
+//! Shared pieces of sonic-probe's integration tests: start the real daemon,
+//! scrape and parse its metrics, drive workloads, run strace as an oracle.
+//!
+//! Tests load real BPF programs, so they need root (CAP_BPF + CAP_PERFMON).
+//! Without it they print why and skip, unless SONIC_PROBE_REQUIRE_PRIVILEGED
+//! is set (CI and `cargo xtask test` set it): then a missing privilege fails.
+
+pub mod workload;
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, BufReader, Read, Write},
+    net::{SocketAddr, TcpStream},
+    path::PathBuf,
+    process::{Child, ChildStdin, Command, ExitStatus, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+/// True if the test may load BPF programs; otherwise says why (or fails
+/// when SONIC_PROBE_REQUIRE_PRIVILEGED is set).
+pub fn privileged(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    if std::env::var_os("SONIC_PROBE_REQUIRE_PRIVILEGED").is_some() {
+        panic!(
+            "{test}: needs root to load BPF programs, and SONIC_PROBE_REQUIRE_PRIVILEGED is set"
+        );
+    }
+    eprintln!("skipped {test}: needs root (CAP_BPF + CAP_PERFMON) to load BPF programs");
+    false
+}
+
+/// target/<profile>/ of the running test binary.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    // target/<profile>/deps/<test>-<hash>
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .to_path_buf()
+}
+
+/// The sonic-probe binary (SONIC_PROBE_BIN, or the one next to the tests).
+pub fn sonic_probe_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("SONIC_PROBE_BIN") {
+        return p.into();
+    }
+    let p = target_dir().join("sonic-probe");
+    assert!(
+        p.exists(),
+        "{} is missing: build it first (cargo build -p sonic-probe; cargo xtask test does)",
+        p.display()
+    );
+    p
+}
+
+/// The workload binary (cargo builds it with this package's tests).
+pub fn workload_bin() -> PathBuf {
+    target_dir().join("sp-workload")
+}
+
+/// A name unique to this test run (for comm labels), at most 15 bytes.
+pub fn unique_name(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let s = format!("{prefix}{}{n}", std::process::id() % 10000);
+    s[..s.len().min(15)].to_string()
+}
+
+/// A running `sonic-probe run`.
+pub struct Daemon {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    log: mpsc::Receiver<String>,
+    pub log_lines: Vec<String>,
+}
+
+impl Daemon {
+    /// Starts `sonic-probe run ARGS --listen 127.0.0.1:0` and waits for its
+    /// ready line.
+    pub fn start(args: &[&str]) -> Daemon {
+        let mut child = Command::new(sonic_probe_bin())
+            .arg("run")
+            .args(args)
+            .args(["--listen", "127.0.0.1:0"])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start sonic-probe");
+        let (tx, rx) = mpsc::channel();
+        let stderr = child.stderr.take().expect("piped stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut log_lines = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    let ready = line.contains(" ready in ");
+                    log_lines.push(line.clone());
+                    if ready {
+                        let addr = line
+                            .split("http://")
+                            .nth(1)
+                            .and_then(|s| s.split('/').next())
+                            .and_then(|s| s.parse().ok())
+                            .expect("address in the ready line");
+                        return Daemon {
+                            child: Some(child),
+                            addr,
+                            log: rx,
+                            log_lines,
+                        };
+                    }
+                }
+                Err(_) => {
+                    let _ = child.kill();
+                    let status = child.wait();
+                    panic!(
+                        "sonic-probe did not get ready ({status:?}); log:\n{}",
+                        log_lines.join("\n")
+                    );
+                }
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// GET a path; (status code, body).
+    pub fn get(&self, path: &str) -> (u16, String) {
+        http_request(self.addr, "GET", path)
+    }
+
+    /// Scrapes /metrics.
+    pub fn metrics(&self) -> Metrics {
+        let (status, body) = self.get("/metrics");
+        assert_eq!(status, 200, "GET /metrics: {body}");
+        Metrics::parse(&body)
+    }
+
+    /// Log lines printed so far.
+    pub fn log(&mut self) -> &[String] {
+        while let Ok(l) = self.log.try_recv() {
+            self.log_lines.push(l);
+        }
+        &self.log_lines
+    }
+
+    /// Sends `signal` and waits for the exit status.
+    pub fn stop_with(mut self, signal: i32) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let status = child.wait().expect("wait for sonic-probe");
+        while let Ok(l) = self.log.recv_timeout(Duration::from_millis(200)) {
+            self.log_lines.push(l);
+        }
+        status
+    }
+
+    /// SIGTERM, and the exit status.
+    pub fn stop(self) -> ExitStatus {
+        self.stop_with(libc::SIGTERM)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A minimal HTTP/1.0 client: (status, body).
+pub fn http_request(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "{method} {path} HTTP/1.0\r\nHost: test\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("read response");
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// One sample of the Prometheus text format.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
+
+/// A parsed scrape.
+#[derive(Debug, Clone, Default)]
+pub struct Metrics {
+    pub samples: Vec<Sample>,
+    pub text: String,
+}
+
+impl Metrics {
+    pub fn parse(text: &str) -> Metrics {
+        let samples = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(|l| parse_sample(l).unwrap_or_else(|| panic!("bad sample line: {l}")))
+            .collect();
+        Metrics {
+            samples,
+            text: text.to_string(),
+        }
+    }
+
+    /// Samples of `name` whose labels include all of `labels`.
+    pub fn matching<'a>(
+        &'a self,
+        name: &'a str,
+        labels: &'a [(&str, &str)],
+    ) -> impl Iterator<Item = &'a Sample> {
+        self.samples.iter().filter(move |s| {
+            s.name == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+    }
+
+    /// Sum of the matching samples (0 if none).
+    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.matching(name, labels).map(|s| s.value).sum()
+    }
+
+    /// The one matching sample's value, if exactly one matches.
+    pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let v: Vec<_> = self.matching(name, labels).collect();
+        (v.len() == 1).then(|| v[0].value)
+    }
+
+    /// Exact call count of a syscall for a comm.
+    pub fn calls(&self, syscall: &str, comm: &str) -> u64 {
+        self.sum(
+            "sonic_probe_syscall_duration_seconds_count",
+            &[("syscall", syscall), ("comm", comm)],
+        ) as u64
+    }
+
+    pub fn errors(&self, syscall: &str, comm: &str, errno: &str) -> u64 {
+        self.sum(
+            "sonic_probe_syscall_errors_total",
+            &[("syscall", syscall), ("comm", comm), ("errno", errno)],
+        ) as u64
+    }
+}
+
+fn parse_sample(line: &str) -> Option<Sample> {
+    let (head, value) = line.rsplit_once(' ')?;
+    let value = match value {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v.parse().ok()?,
+    };
+    let (name, labels) = match head.split_once('{') {
+        None => (head.to_string(), BTreeMap::new()),
+        Some((name, rest)) => {
+            let body = rest.strip_suffix('}')?;
+            (name.to_string(), parse_labels(body)?)
+        }
+    };
+    Some(Sample {
+        name,
+        labels,
+        value,
+    })
+}
+
+fn parse_labels(body: &str) -> Option<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    let mut chars = body.chars().peekable();
+    loop {
+        let key: String = chars.by_ref().take_while(|&c| c != '=').collect();
+        if key.is_empty() {
+            break;
+        }
+        if chars.next()? != '"' {
+            return None;
+        }
+        let mut val = String::new();
+        loop {
+            match chars.next()? {
+                '\\' => match chars.next()? {
+                    'n' => val.push('\n'),
+                    c => val.push(c),
+                },
+                '"' => break,
+                c => val.push(c),
+            }
+        }
+        out.insert(key.trim_start_matches(',').to_string(), val);
+        if chars.peek() == Some(&',') {
+            chars.next();
+        }
+    }
+    Some(out)
+}
+
+/// A running `sp-workload`, blocked until [`Workload::go`].
+pub struct Workload {
+    child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+impl Workload {
+    /// Starts `sp-workload [--name NAME] ARGS` and waits until it is
+    /// blocked in its go read.
+    pub fn start(name: Option<&str>, args: &[&str]) -> Workload {
+        Self::start_command(Command::new(workload_bin()), name, args)
+    }
+
+    /// Like [`Workload::start`], from a prepared command (e.g. run via a
+    /// symlink, or moved into a cgroup).
+    pub fn start_command(mut cmd: Command, name: Option<&str>, args: &[&str]) -> Workload {
+        if let Some(n) = name {
+            cmd.args(["--name", n]);
+        }
+        let mut child = cmd
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start sp-workload");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("ready line");
+        assert_eq!(line.trim(), "ready", "sp-workload did not start");
+        let stdin = child.stdin.take();
+        let w = Workload { child, stdin };
+        w.wait_blocked_in_read();
+        w
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits until the main thread sits in read(2) (syscall 0).
+    fn wait_blocked_in_read(&self) {
+        let path = format!("/proc/{}/syscall", self.pid());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if std::fs::read_to_string(&path).is_ok_and(|s| s.starts_with("0 ")) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        panic!("sp-workload {} never blocked in read", self.pid());
+    }
+
+    /// Lets it run, and waits for it to finish.
+    pub fn go(mut self) -> ExitStatus {
+        let mut stdin = self.stdin.take().expect("stdin");
+        stdin.write_all(b"g").expect("go");
+        drop(stdin);
+        self.child.wait().expect("wait for sp-workload")
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Per-syscall (calls, errors) from an `strace -c` summary file.
+pub fn parse_strace_summary(text: &str) -> BTreeMap<String, (u64, u64)> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        // % time, seconds, usecs/call, calls, [errors], syscall
+        if cols.len() < 5 || cols[0].parse::<f64>().is_err() || cols.last() == Some(&"total") {
+            continue;
+        }
+        let name = cols[cols.len() - 1].to_string();
+        let calls: u64 = match cols[3].parse() {
+            Ok(c) => c,
+            Err(_) => continue,
+        };
+        let errors = if cols.len() == 6 {
+            cols[4].parse().unwrap_or(0)
+        } else {
+            0
+        };
+        out.insert(name, (calls, errors));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_prometheus_text() {
+        let m = Metrics::parse(
+            "# HELP x y\n# TYPE x counter\nx 3\n\
+             sonic_probe_syscall_errors_total{syscall=\"openat\",comm=\"a \\\"b\\\"\",errno=\"ENOENT\"} 2\n\
+             h_bucket{le=\"+Inf\"} 7\n",
+        );
+        assert_eq!(m.get("x", &[]), Some(3.0));
+        assert_eq!(m.errors("openat", "a \"b\"", "ENOENT"), 2);
+        assert_eq!(m.get("h_bucket", &[("le", "+Inf")]), Some(7.0));
+    }
+
+    #[test]
+    fn parses_strace_summaries() {
+        let text = "\
+% time     seconds  usecs/call     calls    errors syscall
+------ ----------- ----------- --------- --------- ----------------
+ 52.07    0.001043           1      1005           read
+ 20.00    0.000400          44         9         2 openat
+  3.00    0.000030           3        10           mmap
+------ ----------- ----------- --------- --------- ----------------
+100.00    0.002003           1      1024         2 total
+";
+        let s = parse_strace_summary(text);
+        assert_eq!(s["read"], (1005, 0));
+        assert_eq!(s["openat"], (9, 2));
+        assert_eq!(s["mmap"], (10, 0));
+        assert!(!s.contains_key("total"));
+    }
+}

@@ -1,0 +1,418 @@
+//! The core path, for real: load the BPF programs, run workloads with known
+//! system calls, and check the exact numbers sonic-probe exports.
+
+use std::process::Command;
+
+use sonic_probe_tests::{
+    parse_strace_summary, privileged, unique_name, workload::exact, workload::spawn, Daemon,
+    Workload,
+};
+
+#[test]
+fn exact_counts_for_a_known_workload() {
+    if !privileged("exact_counts_for_a_known_workload") {
+        return;
+    }
+    let name = unique_name("spx");
+    let w = Workload::start(Some(&name), &["exact"]);
+    let d = Daemon::start(&["--pid", &w.pid().to_string()]);
+    assert!(w.go().success());
+    let m = d.metrics();
+
+    assert_eq!(m.calls("futex", &name), exact::FUTEX);
+    assert_eq!(m.calls("openat", &name), exact::OPENAT);
+    assert_eq!(m.calls("read", &name), exact::READ);
+    assert_eq!(m.calls("mmap", &name), exact::MMAP);
+    assert_eq!(m.calls("munmap", &name), exact::MUNMAP);
+
+    assert_eq!(m.errors("openat", &name, "ENOENT"), exact::ENOENT_OPENS);
+    assert_eq!(m.errors("read", &name, "EBADF"), exact::READS_EBADF);
+    assert_eq!(m.errors("mmap", &name, "EINVAL"), exact::MMAP_EINVAL);
+    assert_eq!(m.errors("futex", &name, "ETIMEDOUT"), 1);
+    assert_eq!(m.errors("futex", &name, "EAGAIN"), 1);
+    let all_errors = m.sum("sonic_probe_syscall_errors_total", &[("comm", &name)]) as u64;
+    assert_eq!(
+        all_errors,
+        exact::ENOENT_OPENS + exact::READS_EBADF + exact::MMAP_EINVAL + 2
+    );
+
+    let c = [("comm", name.as_str())];
+    assert_eq!(
+        m.get("sonic_probe_read_bytes_total", &c),
+        Some((exact::READS_OK * exact::READ_SIZE) as f64)
+    );
+    assert_eq!(
+        m.get("sonic_probe_mmap_bytes_total", &c),
+        Some((exact::MAPS_OK * exact::MAP_SIZE) as f64)
+    );
+    assert_eq!(
+        m.get("sonic_probe_munmap_bytes_total", &c),
+        Some((exact::MAPS_OK * exact::MAP_SIZE) as f64)
+    );
+
+    // The timed-out wait took about 1 ms: above 2^19 ns, at most a few ms.
+    let futex_fast = m.sum(
+        "sonic_probe_syscall_duration_seconds_bucket",
+        &[("syscall", "futex"), ("comm", &name), ("le", "0.000524288")],
+    ) as u64;
+    assert_eq!(
+        futex_fast,
+        exact::FUTEX - 1,
+        "all but the timed wait are fast"
+    );
+
+    // Nothing was lost on the way.
+    for s in m.matching("sonic_probe_events_dropped_total", &[]) {
+        assert_eq!(s.value, 0.0, "{:?}", s.labels);
+    }
+    assert!(d.stop().success());
+}
+
+#[test]
+fn dd_counts_equal_strace_counts() {
+    if !privileged("dd_counts_equal_strace_counts") {
+        return;
+    }
+    // Our own copy of GNU dd, so that its name (comm) is unique to this test.
+    let dir = std::env::temp_dir().join(unique_name("spdd"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let name = unique_name("dd");
+    let dd = dir.join(&name);
+    std::fs::copy("/bin/dd", &dd).expect("copy /bin/dd");
+    let summary = dir.join("strace.txt");
+
+    let d = Daemon::start(&["--comm", &name]);
+    let status = Command::new("strace")
+        .args(["-f", "-c", "-o"])
+        .arg(&summary)
+        .arg(&dd)
+        .args(["if=/dev/zero", "of=/dev/null", "bs=1024", "count=5000"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("run strace (apt-get install strace)");
+    assert!(status.success());
+    let strace = parse_strace_summary(&std::fs::read_to_string(&summary).unwrap());
+    let m = d.metrics();
+    for syscall in ["futex", "openat", "read", "mmap", "munmap"] {
+        let (calls, errors) = strace.get(syscall).copied().unwrap_or((0, 0));
+        assert_eq!(
+            m.calls(syscall, &name),
+            calls,
+            "{syscall} calls: sonic-probe vs strace -c"
+        );
+        let ours = m.sum(
+            "sonic_probe_syscall_errors_total",
+            &[("syscall", syscall), ("comm", &name)],
+        ) as u64;
+        assert_eq!(ours, errors, "{syscall} errors: sonic-probe vs strace -c");
+    }
+    assert!(
+        strace["read"].0 >= 5000,
+        "dd read at least count blocks: {strace:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_200ms_futex_wait_lands_in_the_right_bucket() {
+    if !privileged("a_200ms_futex_wait_lands_in_the_right_bucket") {
+        return;
+    }
+    let name = unique_name("spf");
+    let w = Workload::start(Some(&name), &["futex-wait", "200"]);
+    let d = Daemon::start(&["--pid", &w.pid().to_string()]);
+    assert!(w.go().success());
+    let m = d.metrics();
+    let bucket = |le: &str| {
+        m.get(
+            "sonic_probe_syscall_duration_seconds_bucket",
+            &[("syscall", "futex"), ("comm", &name), ("le", le)],
+        )
+        .unwrap_or_else(|| panic!("no futex bucket le={le}:\n{}", m.text)) as u64
+    };
+    let total = m.calls("futex", &name);
+    // The main thread's wait (~200 ms) is the only call above 2^26 ns (67 ms):
+    // it lies in (0.134217728, 0.268435456], inside 0.1-0.5 s.
+    assert_eq!(bucket("0.067108864"), total - 1);
+    assert_eq!(bucket("0.134217728"), total - 1);
+    assert_eq!(bucket("0.268435456"), total);
+    let sum = m
+        .get(
+            "sonic_probe_syscall_duration_seconds_sum",
+            &[("syscall", "futex"), ("comm", &name)],
+        )
+        .unwrap();
+    assert!((0.2..0.268).contains(&sum), "futex time {sum}");
+}
+
+#[test]
+fn a_process_that_is_not_a_target_contributes_nothing() {
+    if !privileged("a_process_that_is_not_a_target_contributes_nothing") {
+        return;
+    }
+    // Two identical workloads with the same name; only one is a target. If
+    // the other leaked in, every count would double.
+    let name = unique_name("spn");
+    let target = Workload::start(Some(&name), &["exact"]);
+    let other = Workload::start(Some(&name), &["exact"]);
+    let d = Daemon::start(&["--pid", &target.pid().to_string()]);
+    assert!(other.go().success());
+    assert!(target.go().success());
+    let m = d.metrics();
+    assert_eq!(m.calls("read", &name), exact::READ);
+    assert_eq!(m.calls("openat", &name), exact::OPENAT);
+    assert_eq!(m.calls("futex", &name), exact::FUTEX);
+    // And sonic-probe never counts itself.
+    assert_eq!(m.calls("read", "sonic-probe"), 0);
+}
+
+#[test]
+fn threads_and_forked_children_of_a_pid_target_are_followed() {
+    if !privileged("threads_and_forked_children_of_a_pid_target_are_followed") {
+        return;
+    }
+    let name = unique_name("sps");
+    let (threads, forks, reads) = (4, 3, 250);
+    let w = Workload::start(Some(&name), &["spawn", "4", "3", "250"]);
+    let d = Daemon::start(&["--pid", &w.pid().to_string()]);
+    assert!(w.go().success());
+    let m = d.metrics();
+    assert_eq!(
+        m.calls("read", &name),
+        spawn::reads(threads, forks, reads),
+        "drops: {:?}",
+        m.matching("sonic_probe_events_dropped_total", &[])
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        m.get("sonic_probe_read_bytes_total", &[("comm", &name)]),
+        Some((spawn::reads(threads, forks, reads) * 1024) as f64)
+    );
+    // The children have exited; a later scrape still has every call.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert_eq!(
+        d.metrics().calls("read", &name),
+        spawn::reads(threads, forks, reads)
+    );
+}
+
+#[test]
+fn comm_targets_include_running_and_later_processes() {
+    if !privileged("comm_targets_include_running_and_later_processes") {
+        return;
+    }
+    // comm comes from the executable's file name: run the workload through
+    // a symlink with a unique name.
+    let name = unique_name("spc");
+    let dir = std::env::temp_dir().join(format!("{name}-bin"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join(&name);
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(sonic_probe_tests::workload_bin(), &link).unwrap();
+
+    // One already running when the probe starts: counted from attach on.
+    let running = Workload::start_command(Command::new(&link), None, &["exact"]);
+    let d = Daemon::start(&["--comm", &name]);
+    assert!(running.go().success());
+    // One started later: counted from its exec on, start-up included, as
+    // strace counts it.
+    let summary = dir.join("strace.txt");
+    let mut later = Command::new("strace")
+        .args(["-f", "-c", "-o"])
+        .arg(&summary)
+        .arg(&link)
+        .arg("exact")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("run strace");
+    use std::io::Write;
+    later.stdin.take().unwrap().write_all(b"g").unwrap();
+    assert!(later.wait().unwrap().success());
+    let strace = parse_strace_summary(&std::fs::read_to_string(&summary).unwrap());
+
+    let m = d.metrics();
+    let expected = [
+        ("futex", exact::FUTEX),
+        ("openat", exact::OPENAT),
+        ("read", exact::READ),
+        ("mmap", exact::MMAP),
+        ("munmap", exact::MUNMAP),
+    ];
+    for (syscall, running_calls) in expected {
+        let later_calls = strace.get(syscall).map_or(0, |c| c.0);
+        assert_eq!(
+            m.calls(syscall, &name),
+            running_calls + later_calls,
+            "{syscall}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cgroup_targets_include_descendant_cgroups() {
+    if !privileged("cgroup_targets_include_descendant_cgroups") {
+        return;
+    }
+    let Some(mount) = cgroup2_mount() else {
+        panic!("no cgroup2 mount: the cgroup target needs cgroup v2");
+    };
+    let name = unique_name("spg");
+    let parent = mount.join(&name);
+    let child = parent.join("inner");
+    std::fs::create_dir_all(&child).expect("create test cgroups");
+    let _cleanup = RemoveCgroups(vec![child.clone(), parent.clone()]);
+
+    let inside = Workload::start(Some(&name), &["exact"]);
+    let outside = Workload::start(Some(&name), &["exact"]);
+    std::fs::write(child.join("cgroup.procs"), inside.pid().to_string()).expect("move into cgroup");
+    let d = Daemon::start(&["--cgroup", parent.to_str().unwrap()]);
+    assert!(inside.go().success());
+    assert!(outside.go().success());
+    let m = d.metrics();
+    assert_eq!(m.calls("read", &name), exact::READ);
+    assert_eq!(m.calls("mmap", &name), exact::MMAP);
+}
+
+struct RemoveCgroups(Vec<std::path::PathBuf>);
+
+impl Drop for RemoveCgroups {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            // A cgroup can only be removed once its processes are gone.
+            for _ in 0..100 {
+                if std::fs::remove_dir(p).is_ok() || !p.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+fn cgroup2_mount() -> Option<std::path::PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    text.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        (post.split_whitespace().next()? == "cgroup2")
+            .then(|| pre.split_whitespace().nth(4).unwrap().into())
+    })
+}
+
+#[test]
+fn http_endpoints() {
+    if !privileged("http_endpoints") {
+        return;
+    }
+    let d = Daemon::start(&["--pid", "1"]);
+    assert_eq!(d.get("/healthz"), (200, "ok\n".to_string()));
+    assert_eq!(d.get("/nope").0, 404);
+    assert_eq!(
+        sonic_probe_tests::http_request(d.addr, "POST", "/metrics").0,
+        405
+    );
+    let m = d.metrics();
+    assert_eq!(m.get("sonic_probe_bpf_programs_attached", &[]), Some(5.0));
+    assert_eq!(m.get("sonic_probe_target_processes", &[]), Some(1.0));
+    assert!(m
+        .get(
+            "sonic_probe_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        )
+        .is_some());
+    let status = d.stop();
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn metrics_pass_promtool_check() {
+    if !privileged("metrics_pass_promtool_check") {
+        return;
+    }
+    let d = Daemon::start(&[]);
+    // Some activity on the host, errors included.
+    let _ = std::fs::read_to_string("/nonexistent/sonic-probe");
+    let _ = Command::new("ls").arg("/").output();
+    let (status, body) = d.get("/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("sonic_probe_syscall_errors_total{"),
+        "no errors exported:\n{body}"
+    );
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (apt-get install prometheus)");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let problems = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && problems.trim().is_empty(),
+        "promtool check metrics:\n{problems}"
+    );
+}
+
+#[test]
+fn names_beyond_max_comms_are_exported_as_other() {
+    if !privileged("names_beyond_max_comms_are_exported_as_other") {
+        return;
+    }
+    let (a, b) = (unique_name("spa"), unique_name("spb"));
+    let wa = Workload::start(Some(&a), &["exact"]);
+    let wb = Workload::start(Some(&b), &["exact"]);
+    let (pa, pb) = (wa.pid().to_string(), wb.pid().to_string());
+    let d = Daemon::start(&["--pid", &pa, "--pid", &pb, "--max-comms", "1"]);
+    assert!(wa.go().success());
+    assert_eq!(d.metrics().calls("read", &a), exact::READ);
+    assert!(wb.go().success());
+    let m = d.metrics();
+    assert_eq!(
+        m.calls("read", &a),
+        exact::READ,
+        "the first name keeps its label"
+    );
+    assert_eq!(m.calls("read", &b), 0);
+    assert_eq!(
+        m.calls("read", "other"),
+        exact::READ,
+        "the second name is folded"
+    );
+    assert_eq!(m.get("sonic_probe_comm_labels", &[]), Some(1.0));
+}
+
+#[test]
+fn bpf_run_time_statistics_with_bpf_stats() {
+    if !privileged("bpf_run_time_statistics_with_bpf_stats") {
+        return;
+    }
+    let d = Daemon::start(&["--pid", "1", "--bpf-stats"]);
+    // sys_enter runs for every system call on the host (it filters inside).
+    let _ = Command::new("true").status();
+    let m = d.metrics();
+    for p in ["sys_enter", "sys_exit"] {
+        let runs = m
+            .get("sonic_probe_bpf_program_runs_total", &[("program", p)])
+            .unwrap_or(0.0);
+        let secs = m
+            .get(
+                "sonic_probe_bpf_program_run_seconds_total",
+                &[("program", p)],
+            )
+            .unwrap_or(0.0);
+        assert!(runs > 0.0 && secs > 0.0, "{p}: {runs} runs, {secs} s");
+    }
+}

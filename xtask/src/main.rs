@@ -1,0 +1,159 @@
+//! `cargo xtask <task>`: the project's commands, so that a new user needs
+//! two of them on a fresh Debian 12 machine (see README):
+//!
+//!   cargo xtask run    install what is missing, build, run the daemon
+//!   cargo xtask test   install what is missing, run every check and test
+//!
+//! Tasks shell out to cargo and apt-get; nothing here is clever.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, ExitCode},
+};
+
+use anyhow::{bail, Context, Result};
+
+const USAGE: &str = "\
+usage: cargo xtask <task> [args]
+
+tasks:
+  setup          install the Debian packages the build and the tests need (apt-get)
+  run [ARGS]     setup, build (release) and run `sonic-probe run ARGS` (needs root)
+  test           setup, then fmt, clippy, build and all tests, integration tests
+                 included (needs root: they load the real BPF programs)
+";
+
+/// Debian packages and a file each provides, to tell whether it is there.
+const BUILD_PACKAGES: &[(&str, &str)] = &[
+    ("clang-16", "/usr/bin/clang-16"),
+    ("libbpf-dev", "/usr/include/bpf/bpf_helpers.h"),
+];
+const TEST_PACKAGES: &[(&str, &str)] = &[
+    ("strace", "/usr/bin/strace"),
+    ("bpftool", "/usr/sbin/bpftool"),
+    ("prometheus", "/usr/bin/promtool"),
+    ("util-linux", "/usr/bin/setpriv"),
+    ("curl", "/usr/bin/curl"),
+];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("setup") => setup(true),
+        Some("run") => run(&args[1..]),
+        Some("test") => test(),
+        Some("-h" | "--help" | "help") => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => {
+            eprint!("xtask: unknown task {other}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+        None => {
+            eprint!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+}
+
+/// Runs a command in the workspace root, failing on a non-zero exit.
+fn sh(program: &str, args: &[&str], envs: &[(&str, &str)]) -> Result<()> {
+    eprintln!("+ {program} {}", args.join(" "));
+    let status = Command::new(program)
+        .args(args)
+        .envs(envs.iter().copied())
+        .current_dir(root())
+        .status()
+        .with_context(|| format!("cannot run {program}"))?;
+    if !status.success() {
+        bail!("{program} {} failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+/// Installs the missing Debian packages (build ones; test ones too if asked).
+fn setup(with_tests: bool) -> Result<()> {
+    let mut wanted: Vec<(&str, &str)> = BUILD_PACKAGES.to_vec();
+    if with_tests {
+        wanted.extend_from_slice(TEST_PACKAGES);
+    }
+    let missing: Vec<&str> = wanted
+        .iter()
+        .filter(|(_, file)| !Path::new(file).exists())
+        .map(|(pkg, _)| *pkg)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !is_root() {
+        bail!(
+            "missing packages {}: run as root, or apt-get install them",
+            missing.join(" ")
+        );
+    }
+    sh("apt-get", &["update", "-q"], &[])?;
+    let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
+    args.extend(&missing);
+    sh("apt-get", &args, &[("DEBIAN_FRONTEND", "noninteractive")])
+}
+
+fn run(args: &[String]) -> Result<()> {
+    setup(false)?;
+    sh("cargo", &["build", "--release", "-p", "sonic-probe"], &[])?;
+    if !is_root() {
+        bail!("sonic-probe loads BPF programs: run `cargo xtask run` as root");
+    }
+    let bin = root().join("target/release/sonic-probe");
+    let mut full = vec!["run"];
+    full.extend(args.iter().map(String::as_str));
+    sh(bin.to_str().expect("utf-8 path"), &full, &[])
+}
+
+fn test() -> Result<()> {
+    setup(true)?;
+    sh("cargo", &["fmt", "--all", "--", "--check"], &[])?;
+    sh(
+        "cargo",
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &[],
+    )?;
+    sh("cargo", &["build", "--workspace", "--all-targets"], &[])?;
+    if !is_root() {
+        bail!("the integration tests load BPF programs: run `cargo xtask test` as root");
+    }
+    // Integration tests must not skip here: a missing privilege is a failure.
+    sh(
+        "cargo",
+        &["test", "--workspace"],
+        &[("SONIC_PROBE_REQUIRE_PRIVILEGED", "1")],
+    )
+}
