@@ -129,7 +129,20 @@ fn usage_error(e: clap::Error) -> ExitCode {
 fn one_line(e: &crate::error::Error) -> String {
     match e {
         crate::error::Error::Usage(m) => m.clone(),
-        crate::error::Error::Runtime(e) => format!("{e:#}").replace('\n', " "),
+        crate::error::Error::Runtime(e) => {
+            // Some libraries repeat their cause in their own message: keep
+            // each piece of text once.
+            let mut out = String::new();
+            for cause in e.chain().map(|c| c.to_string()) {
+                if !out.contains(&cause) {
+                    if !out.is_empty() {
+                        out.push_str(": ");
+                    }
+                    out.push_str(&cause);
+                }
+            }
+            out.replace('\n', " ")
+        }
     }
 }
 

@@ -105,37 +105,92 @@ const TEXT: &str = "text/plain; charset=utf-8";
 const INDEX: &str =
     "sonic-probe\n\n/metrics  Prometheus metrics\n/healthz  200 once the probes are attached\n";
 
+/// What a request asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Route {
+    Index,
+    Healthz,
+    Metrics,
+    NotFound,
+    MethodNotAllowed,
+}
+
+fn route(method: &Method, path: &str) -> Route {
+    let route = match path {
+        "/" => Route::Index,
+        "/healthz" => Route::Healthz,
+        "/metrics" => Route::Metrics,
+        _ => return Route::NotFound,
+    };
+    if method != Method::GET && method != Method::HEAD {
+        return Route::MethodNotAllowed;
+    }
+    route
+}
+
+fn healthz(ready: bool) -> Response<Full<Bytes>> {
+    if ready {
+        response(StatusCode::OK, TEXT, "ok\n")
+    } else {
+        response(StatusCode::SERVICE_UNAVAILABLE, TEXT, "starting\n")
+    }
+}
+
 async fn handle(
     req: Request<Incoming>,
     state: Arc<HttpState>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    let path = req.uri().path();
-    if !matches!(path, "/" | "/metrics" | "/healthz") {
-        return Ok(response(StatusCode::NOT_FOUND, TEXT, "not found\n"));
-    }
-    if req.method() != Method::GET && req.method() != Method::HEAD {
-        let mut r = response(StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET\n");
-        r.headers_mut()
-            .insert(header::ALLOW, header::HeaderValue::from_static("GET, HEAD"));
-        return Ok(r);
-    }
-    Ok(match path {
-        "/healthz" if state.is_ready() => response(StatusCode::OK, TEXT, "ok\n"),
-        "/healthz" => response(StatusCode::SERVICE_UNAVAILABLE, TEXT, "starting\n"),
-        "/metrics" => {
-            let encoded = tokio::task::spawn_blocking(move || {
-                let mut buf = Vec::new();
-                TextEncoder::new()
-                    .encode(&state.registry.gather(), &mut buf)
-                    .map(|_| buf)
-            })
-            .await;
-            match encoded {
-                Ok(Ok(buf)) => response(StatusCode::OK, TextEncoder::new().format_type(), buf),
-                Ok(Err(e)) => response(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("{e}\n")),
-                Err(e) => response(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("{e}\n")),
-            }
+    Ok(match route(req.method(), req.uri().path()) {
+        Route::Index => response(StatusCode::OK, TEXT, INDEX),
+        Route::Healthz => healthz(state.is_ready()),
+        Route::Metrics => metrics(state).await,
+        Route::NotFound => response(StatusCode::NOT_FOUND, TEXT, "not found\n"),
+        Route::MethodNotAllowed => {
+            let mut r = response(StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET\n");
+            r.headers_mut()
+                .insert(header::ALLOW, header::HeaderValue::from_static("GET, HEAD"));
+            r
         }
-        _ => response(StatusCode::OK, TEXT, INDEX),
     })
+}
+
+async fn metrics(state: Arc<HttpState>) -> Response<Full<Bytes>> {
+    let encoded = tokio::task::spawn_blocking(move || {
+        let mut buf = Vec::new();
+        TextEncoder::new()
+            .encode(&state.registry.gather(), &mut buf)
+            .map(|_| buf)
+    })
+    .await;
+    match encoded {
+        Ok(Ok(buf)) => response(StatusCode::OK, TextEncoder::new().format_type(), buf),
+        Ok(Err(e)) => response(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("{e}\n")),
+        Err(e) => response(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("{e}\n")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        assert_eq!(route(&Method::GET, "/metrics"), Route::Metrics);
+        assert_eq!(route(&Method::HEAD, "/healthz"), Route::Healthz);
+        assert_eq!(route(&Method::GET, "/"), Route::Index);
+        assert_eq!(route(&Method::POST, "/metrics"), Route::MethodNotAllowed);
+        assert_eq!(route(&Method::DELETE, "/healthz"), Route::MethodNotAllowed);
+        assert_eq!(route(&Method::GET, "/metrics/x"), Route::NotFound);
+        assert_eq!(route(&Method::POST, "/admin"), Route::NotFound);
+    }
+
+    #[test]
+    fn healthz_is_503_until_ready() {
+        assert_eq!(healthz(false).status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(healthz(true).status(), StatusCode::OK);
+        let state = HttpState::new(prometheus::Registry::new());
+        assert!(!state.is_ready());
+        state.set_ready();
+        assert!(state.is_ready());
+    }
 }

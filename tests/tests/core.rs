@@ -65,6 +65,32 @@ fn exact_counts_for_a_known_workload() {
     for s in m.matching("sonic_probe_events_dropped_total", &[]) {
         assert_eq!(s.value, 0.0, "{:?}", s.labels);
     }
+    // Events: the 10 openat (with paths), the 3 failed read/mmap calls
+    // (failed futex calls are only counted) and the exit. Every one sent
+    // arrives (the reader may need a moment to drain).
+    let expected = [
+        ("syscall_path", exact::OPENAT),
+        ("syscall", exact::READS_EBADF + exact::MMAP_EINVAL),
+        ("process_exit", 1),
+    ];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let m = d.metrics();
+        let got: Vec<u64> = expected
+            .iter()
+            .map(|(k, _)| m.sum("sonic_probe_events_total", &[("kind", k)]) as u64)
+            .collect();
+        let produced = m.get("sonic_probe_events_produced_total", &[]).unwrap() as u64;
+        if got.iter().zip(&expected).all(|(g, (_, e))| g == e) {
+            assert_eq!(produced, expected.iter().map(|(_, n)| n).sum::<u64>());
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "events {got:?}, expected {expected:?}, produced {produced}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     assert!(d.stop().success());
 }
 
