@@ -12,7 +12,17 @@ use std::{
     process::{exit, Command},
 };
 
-const SOURCES: &[&str] = &["bpf/sonic_probe.bpf.c", "bpf/vmlinux_min.h"];
+const SOURCES: &[&str] = &[
+    "bpf/sonic_probe.bpf.c",
+    "bpf/vmlinux_min.h",
+    "bpf/maps.h",
+    "bpf/common.h",
+    "bpf/targets.h",
+    "bpf/stats.h",
+    "bpf/files.h",
+    "bpf/futex.h",
+    "bpf/events.h",
+];
 const MAIN_SOURCE: &str = "bpf/sonic_probe.bpf.c";
 const OBJECT: &str = "sonic_probe.bpf.o";
 
@@ -43,14 +53,7 @@ fn main() {
 
     let object = out.join(OBJECT);
     let status = Command::new(&clang)
-        .args([
-            "-g",
-            "-O2",
-            "-target",
-            "bpf",
-            "-mcpu=v3",
-            "-D__TARGET_ARCH_x86",
-        ])
+        .args(["-g", "-O2", "-target", "bpf", "-mcpu=v3", "-D__TARGET_ARCH_x86"])
         .args(["-Wall", "-Werror", "-Wno-unused-function"])
         .arg("-I")
         .arg(&out)

@@ -178,18 +178,9 @@ mod tests {
     #[test]
     fn header_has_asserts_for_every_struct() {
         let h = header();
-        for s in [
-            "syscall_event",
-            "stats_key",
-            "syscall_stats",
-            "thread_state",
-            "probe_config",
-        ] {
+        for s in ["syscall_event", "stats_key", "syscall_stats", "thread_state", "probe_config"] {
             assert!(h.contains(&format!("struct {s} {{")), "{s} missing");
-            assert!(
-                h.contains(&format!("sizeof(struct {s})")),
-                "{s} size assert missing"
-            );
+            assert!(h.contains(&format!("sizeof(struct {s})")), "{s} size assert missing");
         }
     }
 }

@@ -33,6 +33,28 @@ shared_consts! {
     pub const LATENCY_BUCKETS: usize = 27;
     /// log2 of the first latency bucket's upper bound in nanoseconds.
     pub const LATENCY_MIN_SHIFT: u32 = 10;
+    /// Size histogram buckets, powers of 4: bucket 0 holds s <= 1 byte,
+    /// bucket i holds 4^(i-1) < s <= 4^i, the last one everything above 4 GiB.
+    pub const SIZE_BUCKETS: usize = 18;
+
+    /// File class (stats_key.variant of read, open_file.class): not a
+    /// regular file (pipe, socket, eventfd, tty, device...).
+    pub const FILE_CLASS_NOT_FILE: u16 = 0;
+    /// File class: a regular file whose extension is in no class, or whose
+    /// path is unknown (opened before the probe started).
+    pub const FILE_CLASS_OTHER: u16 = 1;
+    /// File class: a model (.pth .pt .safetensors .bin .onnx .gguf .ckpt ...).
+    pub const FILE_CLASS_MODEL: u16 = 2;
+    /// File class: audio (.mp3 .wav .flac .ogg .m4a ...).
+    pub const FILE_CLASS_AUDIO: u16 = 3;
+    /// File class: an image (.png .jpg .jpeg .webp ...).
+    pub const FILE_CLASS_IMAGE: u16 = 4;
+    /// File class: a video (.mp4 .mkv .mov .avi .webm ...).
+    pub const FILE_CLASS_VIDEO: u16 = 5;
+    /// Number of file classes.
+    pub const NR_FILE_CLASSES: u16 = 6;
+    /// Bytes of a file-name extension key (lower case, NUL padded).
+    pub const EXT_LEN: usize = 16;
 
     /// Ring buffer event: a system call without a path (struct syscall_event).
     pub const EVENT_SYSCALL: u32 = 1;
@@ -44,6 +66,9 @@ shared_consts! {
     pub const EVENT_PROCESS_FORK: u32 = 4;
     /// Ring buffer event: the last thread of a process exited (struct process_event).
     pub const EVENT_PROCESS_EXIT: u32 = 5;
+    /// Ring buffer event: a regular file opened while watched was closed,
+    /// with what was read through it (struct file_close_event).
+    pub const EVENT_FILE_CLOSE: u32 = 6;
 
     /// Why a call was sent: it carries a path read at entry (openat).
     pub const EMIT_PATH: u16 = 1;
@@ -51,7 +76,7 @@ shared_consts! {
     pub const EMIT_SLOW: u16 = 2;
     /// Why a call was sent: it failed and its syscall is in error_event_mask.
     pub const EMIT_ERROR: u16 = 4;
-    /// Why a call was sent: its size argument is at least large_map_bytes.
+    /// Why a call was sent: its size argument is at least large_size.
     pub const EMIT_LARGE_MAP: u16 = 8;
     /// Why a call was sent: per-event mode (emit_all) is on.
     pub const EMIT_TRACE: u16 = 16;
@@ -88,8 +113,11 @@ shared_consts! {
     pub const COUNTER_DROP_ERRORS: u32 = 6;
     /// counters index: forked children not followed, target map full.
     pub const COUNTER_DROP_TARGET: u32 = 7;
+    /// counters index: files not tracked, open_files map full (their reads
+    /// are classed not_file and get no close event).
+    pub const COUNTER_DROP_OPEN_FILES: u32 = 8;
     /// Number of counters.
-    pub const NR_COUNTERS: u32 = 8;
+    pub const NR_COUNTERS: u32 = 9;
 
     /// max_entries of target_processes.
     pub const MAX_TARGET_PROCESSES: u32 = 65536;
@@ -103,6 +131,12 @@ shared_consts! {
     pub const MAX_STATS_ENTRIES: u32 = 16384;
     /// max_entries of syscall_errors (per-CPU, allocated on use).
     pub const MAX_ERROR_ENTRIES: u32 = 8192;
+    /// max_entries of open_files (descriptors of watched processes).
+    pub const MAX_OPEN_FILES: u32 = 65536;
+    /// max_entries of futex_wakes (an LRU: the oldest wakes go first).
+    pub const MAX_FUTEX_WAKES: u32 = 16384;
+    /// max_entries of file_classes (extensions with a class).
+    pub const MAX_FILE_CLASS_EXTS: u32 = 256;
     /// Mask giving the futex command from its op argument (stats_key.variant).
     pub const FUTEX_CMD_MASK: u64 = 0x7f;
     /// Default ring buffer size in bytes (a power of two, multiple of the page size).
@@ -126,8 +160,12 @@ shared_struct! {
         pub _pad: u32,
         /// Calls lasting at least this long are sent as events (0: never).
         pub slow_call_ns: u64,
-        /// mmap/munmap of at least this many bytes are sent as events (0: never).
-        pub large_map_bytes: u64,
+        /// Calls of a syscall with large_events whose size argument is at
+        /// least this many bytes are sent as events (0: never).
+        pub large_size: u64,
+        /// Calls of a syscall with count_small whose size argument is below
+        /// this are counted in syscall_stats.small.
+        pub small_size: u64,
     }
 }
 
@@ -158,7 +196,8 @@ shared_struct! {
         pub tgid: u32,
         /// Syscall index.
         pub syscall: u16,
-        /// Sub-kind of the call: the futex command (op & FUTEX_CMD_MASK), else 0.
+        /// Sub-kind of the call: the futex command (op & FUTEX_CMD_MASK), the
+        /// FILE_CLASS_* of the descriptor read, else 0.
         pub variant: u16,
         /// Name of the thread-group leader when the call ended.
         pub comm: [u8; 16],
@@ -176,8 +215,16 @@ shared_struct! {
         pub total_ns: u64,
         /// Bytes moved, see the syscall table.
         pub bytes: u64,
+        /// Calls whose size argument was below probe_config.small_size
+        /// (syscalls with count_small).
+        pub small: u64,
+        /// Sum of the size arguments (syscalls with a size_arg).
+        pub size_total: u64,
         /// Log2 latency histogram, see LATENCY_BUCKETS.
         pub latency: [u64; 27],
+        /// Histogram of the size argument, see SIZE_BUCKETS (syscalls with a
+        /// size_arg).
+        pub size: [u64; 18],
     }
 }
 
@@ -192,6 +239,79 @@ shared_struct! {
         pub errno: u16,
         /// Name of the thread-group leader when the call ended.
         pub comm: [u8; 16],
+    }
+}
+
+shared_struct! {
+    /// Key of open_files: a descriptor of a process.
+    pub struct FileKey as "file_key" {
+        pub tgid: u32,
+        pub fd: u32,
+    }
+}
+
+shared_struct! {
+    /// Value of open_files: a descriptor the programs know the kind of, and
+    /// what was read through it. Regular files are entered at openat exit
+    /// (with their class from the path's extension); other descriptors at
+    /// their first read (class not_file). Removed at close.
+    pub struct OpenFile as "open_file" {
+        /// Entry time of the openat that opened it (the openat event's
+        /// header.time_ns), 0 if it was not opened while watched.
+        pub opened_ns: u64,
+        /// Successful reads through it.
+        pub reads: u64,
+        /// Bytes those reads returned.
+        pub read_bytes: u64,
+        /// Reads that asked for fewer than probe_config.small_size bytes.
+        pub small_reads: u64,
+        /// Bytes those small reads asked for.
+        pub small_read_requested: u64,
+        /// Bytes those small reads returned.
+        pub small_read_bytes: u64,
+        /// FILE_CLASS_*.
+        pub class: u16,
+        /// The inode's i_mode (file type and permissions).
+        pub mode: u16,
+        pub _pad: u32,
+    }
+}
+
+shared_struct! {
+    /// A watched regular file was closed (EVENT_FILE_CLOSE).
+    pub struct FileCloseEvent as "file_close_event" {
+        pub header: EventHeader,
+        pub fd: u32,
+        pub _pad: u32,
+        pub file: OpenFile,
+    }
+}
+
+shared_struct! {
+    /// Key of futex_wakes: a futex word of a process.
+    pub struct FutexWakeKey as "futex_wake_key" {
+        pub tgid: u32,
+        pub _pad: u32,
+        pub uaddr: u64,
+    }
+}
+
+shared_struct! {
+    /// Value of futex_wakes: the last thread that woke a waiter on it.
+    pub struct FutexWake as "futex_wake" {
+        pub tid: u32,
+        pub _pad: u32,
+        /// bpf_ktime_get_ns() when the wake was entered.
+        pub time_ns: u64,
+        /// The waking thread's name.
+        pub comm: [u8; 16],
+    }
+}
+
+shared_struct! {
+    /// Key of file_classes: a file-name extension, lower case, no dot.
+    pub struct ExtKey as "ext_key" {
+        pub ext: [u8; 16],
     }
 }
 
@@ -229,6 +349,14 @@ shared_struct! {
         pub reasons: u16,
         /// Length of the path that follows (EVENT_SYSCALL_PATH), without NUL.
         pub path_len: u16,
+        /// FILE_CLASS_* of the file involved (openat's result, read's or
+        /// mmap's descriptor), when known.
+        pub file_class: u16,
+        /// Futex waits: the thread whose wake ended the wait, 0 if unknown.
+        pub waker_tid: u32,
+        /// i_mode of the file involved, 0 if unknown (tells files from
+        /// pipes, sockets, devices).
+        pub file_mode: u16,
         pub _pad: u16,
         /// Duration from entry to exit in nanoseconds.
         pub duration_ns: u64,
@@ -240,6 +368,8 @@ shared_struct! {
         pub thread_comm: [u8; 16],
         /// Name of the thread-group leader.
         pub process_comm: [u8; 16],
+        /// Futex waits: the name of waker_tid's thread, when known.
+        pub waker_comm: [u8; 16],
     }
 }
 
@@ -277,10 +407,16 @@ pub(crate) fn write_c_structs(out: &mut String) {
     write_struct::<SyscallStats>(out);
     write_struct::<ErrorKey>(out);
     write_struct::<CommKey>(out);
+    write_struct::<FileKey>(out);
+    write_struct::<OpenFile>(out);
+    write_struct::<FutexWakeKey>(out);
+    write_struct::<FutexWake>(out);
+    write_struct::<ExtKey>(out);
     write_struct::<EventHeader>(out);
     write_struct::<SyscallEvent>(out);
     write_struct::<SyscallPathEvent>(out);
     write_struct::<ProcessEvent>(out);
+    write_struct::<FileCloseEvent>(out);
 }
 
 /// Upper bound in nanoseconds of latency bucket `i` (None for the last, +Inf).
@@ -295,6 +431,90 @@ pub fn latency_bucket(ns: u64) -> usize {
     }
     let ceil_log2 = 64 - (ns - 1).leading_zeros();
     (ceil_log2.saturating_sub(LATENCY_MIN_SHIFT) as usize).min(LATENCY_BUCKETS - 1)
+}
+
+/// Upper bound in bytes of size bucket `i` (None for the last, +Inf).
+pub fn size_bucket_upper(i: usize) -> Option<u64> {
+    (i + 1 < SIZE_BUCKETS).then(|| 1u64 << (2 * i))
+}
+
+/// The size bucket of `bytes`; the same rule as the BPF side.
+pub fn size_bucket(bytes: u64) -> usize {
+    if bytes <= 1 {
+        return 0;
+    }
+    let ceil_log2 = 64 - (bytes - 1).leading_zeros() as usize;
+    ceil_log2.div_ceil(2).min(SIZE_BUCKETS - 1)
+}
+
+/// The name of a FILE_CLASS_* value (the `file_class` label).
+pub fn file_class_name(class: u16) -> &'static str {
+    match class {
+        FILE_CLASS_NOT_FILE => "not_file",
+        FILE_CLASS_MODEL => "model",
+        FILE_CLASS_AUDIO => "audio",
+        FILE_CLASS_IMAGE => "image",
+        FILE_CLASS_VIDEO => "video",
+        _ => "other",
+    }
+}
+
+/// Default extension -> class table (lower case, without the dot).
+pub const DEFAULT_FILE_CLASSES: &[(&str, u16)] = &[
+    ("pth", FILE_CLASS_MODEL),
+    ("pt", FILE_CLASS_MODEL),
+    ("safetensors", FILE_CLASS_MODEL),
+    ("bin", FILE_CLASS_MODEL),
+    ("onnx", FILE_CLASS_MODEL),
+    ("gguf", FILE_CLASS_MODEL),
+    ("ckpt", FILE_CLASS_MODEL),
+    ("pkl", FILE_CLASS_MODEL),
+    ("engine", FILE_CLASS_MODEL),
+    ("mp3", FILE_CLASS_AUDIO),
+    ("wav", FILE_CLASS_AUDIO),
+    ("flac", FILE_CLASS_AUDIO),
+    ("ogg", FILE_CLASS_AUDIO),
+    ("m4a", FILE_CLASS_AUDIO),
+    ("aac", FILE_CLASS_AUDIO),
+    ("opus", FILE_CLASS_AUDIO),
+    ("png", FILE_CLASS_IMAGE),
+    ("jpg", FILE_CLASS_IMAGE),
+    ("jpeg", FILE_CLASS_IMAGE),
+    ("webp", FILE_CLASS_IMAGE),
+    ("bmp", FILE_CLASS_IMAGE),
+    ("gif", FILE_CLASS_IMAGE),
+    ("tif", FILE_CLASS_IMAGE),
+    ("tiff", FILE_CLASS_IMAGE),
+    ("mp4", FILE_CLASS_VIDEO),
+    ("mkv", FILE_CLASS_VIDEO),
+    ("mov", FILE_CLASS_VIDEO),
+    ("avi", FILE_CLASS_VIDEO),
+    ("webm", FILE_CLASS_VIDEO),
+    ("flv", FILE_CLASS_VIDEO),
+];
+
+/// The class of a path by its extension, as the BPF side computes it.
+pub fn class_of_path(path: &[u8]) -> u16 {
+    let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+    let Some(dot) = name.iter().rposition(|&b| b == b'.') else {
+        return FILE_CLASS_OTHER;
+    };
+    let ext = &name[dot + 1..];
+    // The BPF side looks for the dot among the last EXT_LEN-1 bytes.
+    if ext.is_empty() || ext.len() > EXT_LEN - 2 {
+        return FILE_CLASS_OTHER;
+    }
+    let ext = String::from_utf8_lossy(ext).to_ascii_lowercase();
+    DEFAULT_FILE_CLASSES.iter().find(|(e, _)| *e == ext).map_or(FILE_CLASS_OTHER, |&(_, c)| c)
+}
+
+/// An extension as a file_classes key.
+pub fn ext_key(ext: &str) -> ExtKey {
+    let mut k = ExtKey { ext: [0; EXT_LEN] };
+    let b = ext.as_bytes();
+    let n = b.len().min(EXT_LEN - 1);
+    k.ext[..n].copy_from_slice(&b[..n]);
+    k
 }
 
 /// A NUL-padded name as text (lossy for non-UTF-8 names).
@@ -312,13 +532,13 @@ pub fn comm_bytes(name: &str) -> [u8; COMM_LEN] {
     out
 }
 
-// The sizes the ring buffer reader relies on; a change here is a change of
-// the event format and must come with a new kind number.
+// The sizes the ring buffer reader relies on. The programs and the daemon
+// are built together from these definitions; kind numbers are never reused.
 const _: () = assert!(core::mem::size_of::<EventHeader>() == 24);
-const _: () = assert!(core::mem::size_of::<SyscallEvent>() == 128);
-const _: () = assert!(core::mem::size_of::<SyscallPathEvent>() == 128 + PATH_CAP);
+const _: () = assert!(core::mem::size_of::<SyscallEvent>() == 152);
+const _: () = assert!(core::mem::size_of::<SyscallPathEvent>() == 152 + PATH_CAP);
 const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 48);
-const _: () = assert!(core::mem::size_of::<SyscallStats>() == 8 * (3 + LATENCY_BUCKETS));
+const _: () = assert!(core::mem::size_of::<SyscallStats>() == 8 * (5 + LATENCY_BUCKETS + SIZE_BUCKETS));
 const _: () = assert!(core::mem::size_of::<ThreadState>() == 64 + PATH_CAP);
 
 #[cfg(test)]
@@ -342,6 +562,39 @@ mod tests {
             assert_eq!(latency_bucket(up + 1), i + 1);
         }
         assert_eq!(latency_bucket_upper_ns(LATENCY_BUCKETS - 1), None);
+    }
+
+    #[test]
+    fn size_buckets_are_powers_of_four() {
+        assert_eq!(size_bucket(0), 0);
+        assert_eq!(size_bucket(1), 0);
+        assert_eq!(size_bucket(2), 1);
+        assert_eq!(size_bucket(4), 1);
+        assert_eq!(size_bucket(5), 2);
+        assert_eq!(size_bucket(1024), 5);
+        assert_eq!(size_bucket(1025), 6);
+        assert_eq!(size_bucket(4096), 6);
+        assert_eq!(size_bucket(16 << 20), 12);
+        assert_eq!(size_bucket(u64::MAX), SIZE_BUCKETS - 1);
+        for i in 0..SIZE_BUCKETS - 1 {
+            let up = size_bucket_upper(i).unwrap();
+            assert_eq!(size_bucket(up), i, "{up}");
+            assert_eq!(size_bucket(up + 1), i + 1, "{up}");
+        }
+    }
+
+    #[test]
+    fn file_classes_by_extension() {
+        assert_eq!(class_of_path(b"/models/sonic/lip_decoder.pth"), FILE_CLASS_MODEL);
+        assert_eq!(class_of_path(b"/data/SPEECH.MP3"), FILE_CLASS_AUDIO);
+        assert_eq!(class_of_path(b"face.png"), FILE_CLASS_IMAGE);
+        assert_eq!(class_of_path(b"/x/out.mp4"), FILE_CLASS_VIDEO);
+        assert_eq!(class_of_path(b"/etc/hostname"), FILE_CLASS_OTHER);
+        assert_eq!(class_of_path(b"/a.pth/readme"), FILE_CLASS_OTHER);
+        assert_eq!(class_of_path(b"/x/file."), FILE_CLASS_OTHER);
+        assert_eq!(class_of_path(b"/x/a.verylongextension"), FILE_CLASS_OTHER);
+        assert_eq!(file_class_name(FILE_CLASS_NOT_FILE), "not_file");
+        assert_eq!(file_class_name(FILE_CLASS_MODEL), "model");
     }
 
     #[test]

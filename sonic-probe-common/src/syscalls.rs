@@ -29,8 +29,15 @@ pub struct Syscall {
     pub nr_x86_64: u32,
     /// Argument holding a user-space path read at entry (openat: 1).
     pub path_arg: Option<u8>,
-    /// Argument holding a length compared with the large-mapping threshold.
+    /// Argument holding a size (read: the count asked for; mmap/munmap: the
+    /// length): it goes into the size histogram of syscall_stats.
     pub size_arg: Option<u8>,
+    /// Calls whose size argument is below probe_config.small_size are
+    /// counted in syscall_stats.small (small reads).
+    pub count_small: bool,
+    /// Calls whose size argument reaches probe_config.large_size are sent as
+    /// events (large mappings).
+    pub large_events: bool,
     /// What `bytes` counts for this call.
     pub bytes: Bytes,
     /// Prometheus counter of `bytes`, if exported.
@@ -42,54 +49,57 @@ pub const OPENAT: u16 = 1;
 pub const READ: u16 = 2;
 pub const MMAP: u16 = 3;
 pub const MUNMAP: u16 = 4;
+pub const CLOSE: u16 = 5;
+pub const FUTEX_WAITV: u16 = 6;
+
+const NONE: Syscall = Syscall {
+    index: 0,
+    name: "",
+    nr_x86_64: 0,
+    path_arg: None,
+    size_arg: None,
+    count_small: false,
+    large_events: false,
+    bytes: Bytes::None,
+    bytes_metric: None,
+};
 
 /// Every traced system call, in index order.
-pub const SYSCALLS: [Syscall; 5] = [
-    Syscall {
-        index: FUTEX,
-        name: "futex",
-        nr_x86_64: 202,
-        path_arg: None,
-        size_arg: None,
-        bytes: Bytes::None,
-        bytes_metric: None,
-    },
-    Syscall {
-        index: OPENAT,
-        name: "openat",
-        nr_x86_64: 257,
-        path_arg: Some(1),
-        size_arg: None,
-        bytes: Bytes::None,
-        bytes_metric: None,
-    },
+pub const SYSCALLS: [Syscall; 7] = [
+    Syscall { index: FUTEX, name: "futex", nr_x86_64: 202, ..NONE },
+    Syscall { index: OPENAT, name: "openat", nr_x86_64: 257, path_arg: Some(1), ..NONE },
     Syscall {
         index: READ,
         name: "read",
         nr_x86_64: 0,
-        path_arg: None,
-        size_arg: None,
+        size_arg: Some(2),
+        count_small: true,
         bytes: Bytes::Return,
         bytes_metric: Some("sonic_probe_read_bytes_total"),
+        ..NONE
     },
     Syscall {
         index: MMAP,
         name: "mmap",
         nr_x86_64: 9,
-        path_arg: None,
         size_arg: Some(1),
+        large_events: true,
         bytes: Bytes::SizeArg,
         bytes_metric: Some("sonic_probe_mmap_bytes_total"),
+        ..NONE
     },
     Syscall {
         index: MUNMAP,
         name: "munmap",
         nr_x86_64: 11,
-        path_arg: None,
         size_arg: Some(1),
+        large_events: true,
         bytes: Bytes::SizeArg,
         bytes_metric: Some("sonic_probe_munmap_bytes_total"),
+        ..NONE
     },
+    Syscall { index: CLOSE, name: "close", nr_x86_64: 3, ..NONE },
+    Syscall { index: FUTEX_WAITV, name: "futex_waitv", nr_x86_64: 449, ..NONE },
 ];
 
 /// Number of traced system calls (array sizes in both languages).
@@ -112,12 +122,7 @@ pub fn mask_of(indices: impl IntoIterator<Item = u16>) -> u32 {
 
 /// Writes the syscall constants and the lookup functions used by the BPF side.
 pub(crate) fn write_c_table(out: &mut String) {
-    crate::cgen::write_define(
-        out,
-        "NR_SYSCALLS",
-        NR_SYSCALLS,
-        "Number of traced system calls.",
-    );
+    crate::cgen::write_define(out, "NR_SYSCALLS", NR_SYSCALLS, "Number of traced system calls.");
     for s in &SYSCALLS {
         let upper = s.name.to_ascii_uppercase();
         crate::cgen::write_define(out, &format!("SYSCALL_{upper}"), s.index, "");
@@ -149,8 +154,18 @@ pub(crate) fn write_c_table(out: &mut String) {
         ),
         (
             "sp_syscall_size_arg",
-            "Argument compared with the large-mapping threshold, -1 if none.",
+            "Argument holding the call's size (size histogram), -1 if none.",
             arms(&|s| s.size_arg.map(|a| a.to_string())),
+        ),
+        (
+            "sp_syscall_counts_small",
+            "1 if calls below probe_config.small_size are counted as small.",
+            arms(&|s| s.count_small.then(|| "1".into())),
+        ),
+        (
+            "sp_syscall_large_events",
+            "1 if calls of probe_config.large_size or more are sent as events.",
+            arms(&|s| s.large_events.then(|| "1".into())),
         ),
         (
             "sp_syscall_bytes_from_ret",
@@ -163,7 +178,7 @@ pub(crate) fn write_c_table(out: &mut String) {
             arms(&|s| (s.bytes == Bytes::SizeArg).then(|| "1".into())),
         ),
     ] {
-        let default = if fname.contains("bytes") { "0" } else { "-1" };
+        let default = if fname.ends_with("_arg") { "-1" } else { "0" };
         let _ = writeln!(
             out,
             "// {doc}\nstatic __always_inline int {fname}(int idx)\n{{\n\tswitch (idx) {{\n{body}\tdefault: return {default};\n\t}}\n}}\n"
@@ -193,17 +208,12 @@ mod tests {
     }
 
     #[test]
-    fn bytes_from_size_needs_a_size_argument() {
+    fn size_uses_need_a_size_argument() {
         for s in &SYSCALLS {
-            if s.bytes == Bytes::SizeArg {
+            if s.bytes == Bytes::SizeArg || s.count_small || s.large_events {
                 assert!(s.size_arg.is_some(), "{}", s.name);
             }
-            assert_eq!(
-                s.bytes == Bytes::None,
-                s.bytes_metric.is_none(),
-                "{}",
-                s.name
-            );
+            assert_eq!(s.bytes == Bytes::None, s.bytes_metric.is_none(), "{}", s.name);
         }
     }
 

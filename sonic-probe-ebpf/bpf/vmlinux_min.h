@@ -46,6 +46,36 @@ enum bpf_map_type {
 /* arch/x86/include/asm/thread_info.h */
 #define TS_COMPAT 0x0002
 
+/* uapi/linux/stat.h */
+#define S_IFMT 0170000
+#define S_IFREG 0100000
+#define S_ISREG(m) (((m) & S_IFMT) == S_IFREG)
+
+/* uapi/linux/mman.h */
+#define MAP_ANONYMOUS 0x20
+
+/* uapi/linux/futex.h: commands (op & FUTEX_CMD_MASK) */
+#define FUTEX_WAIT 0
+#define FUTEX_WAKE 1
+#define FUTEX_REQUEUE 3
+#define FUTEX_CMP_REQUEUE 4
+#define FUTEX_WAKE_OP 5
+#define FUTEX_LOCK_PI 6
+#define FUTEX_UNLOCK_PI 7
+#define FUTEX_WAIT_BITSET 9
+#define FUTEX_WAKE_BITSET 10
+#define FUTEX_WAIT_REQUEUE_PI 11
+#define FUTEX_CMP_REQUEUE_PI 12
+#define FUTEX_LOCK_PI2 13
+
+/* uapi/linux/futex.h: one entry of futex_waitv's array (user memory) */
+struct futex_waitv {
+	__u64 val;
+	__u64 uaddr;
+	__u32 flags;
+	__u32 __reserved;
+};
+
 #pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
 
 struct pt_regs {
@@ -65,8 +95,26 @@ struct signal_struct {
 	atomic_t live;
 };
 
+struct inode {
+	unsigned short i_mode;
+};
+
+struct file {
+	struct inode *f_inode;
+};
+
+struct fdtable {
+	unsigned int max_fds;
+	struct file **fd;
+};
+
+struct files_struct {
+	struct fdtable *fdt;
+};
+
 struct task_struct {
 	struct thread_info thread_info;
+	struct files_struct *files;
 	int exit_code;
 	pid_t pid;
 	pid_t tgid;

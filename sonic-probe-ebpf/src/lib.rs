@@ -5,8 +5,7 @@
 //! [`maps`]; they are the `SEC(".maps")` variables of `bpf/sonic_probe.bpf.c`.
 
 /// The compiled BPF object (ELF with BTF and CO-RE relocations), 8-byte aligned.
-pub static OBJECT: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sonic_probe.bpf.o"));
+pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sonic_probe.bpf.o"));
 
 /// A program of the object and the BTF tracepoint it attaches to.
 #[derive(Clone, Copy, Debug)]
@@ -45,16 +44,8 @@ pub const PROGRAMS: &[ProgramSpec] = &[
         tracepoint: "sched_process_exit",
         group: ProgramGroup::Lifecycle,
     },
-    ProgramSpec {
-        name: "sys_enter",
-        tracepoint: "sys_enter",
-        group: ProgramGroup::Syscalls,
-    },
-    ProgramSpec {
-        name: "sys_exit",
-        tracepoint: "sys_exit",
-        group: ProgramGroup::Syscalls,
-    },
+    ProgramSpec { name: "sys_enter", tracepoint: "sys_enter", group: ProgramGroup::Syscalls },
+    ProgramSpec { name: "sys_exit", tracepoint: "sys_exit", group: ProgramGroup::Syscalls },
 ];
 
 /// Names of the maps in [`OBJECT`].
@@ -67,5 +58,8 @@ pub mod maps {
     pub const SYSCALL_STATS: &str = "syscall_stats";
     pub const SYSCALL_ERRORS: &str = "syscall_errors";
     pub const COUNTERS: &str = "counters";
+    pub const OPEN_FILES: &str = "open_files";
+    pub const FILE_CLASSES: &str = "file_classes";
+    pub const FUTEX_WAKES: &str = "futex_wakes";
     pub const EVENTS: &str = "events";
 }

@@ -28,12 +28,27 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+#[allow(clippy::large_enum_variant)] // parsed once
 pub enum Command {
     /// Attach the probes and serve Prometheus metrics until SIGINT or SIGTERM.
     ///
     /// Without targets every process on the host is watched. Targets combine
     /// as a union: a process is watched if any of them matches.
     Run(RunArgs),
+    /// Print the findings of a running `sonic-probe run`: futex stalls,
+    /// repeated opens, small reads, mmap churn, syscall errors.
+    Findings(FindingsArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct FindingsArgs {
+    /// The daemon's HTTP address (its --listen).
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:9580")]
+    pub url: String,
+
+    /// Print the JSON of GET /findings instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -66,10 +81,16 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_duration)]
     pub slow_threshold: std::time::Duration,
 
-    /// mmap/munmap calls of at least this size are sent to user space one by
-    /// one (large-mapping events). Accepts B, KiB, MiB, GiB (and K, M, G).
+    /// mmap/munmap calls of at least this size are large: sent to user space
+    /// one by one, and the size of an mmap_churn cycle. Accepts B, KiB, MiB,
+    /// GiB (and K, M, G).
     #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = parse_size)]
     pub large_map_threshold: u64,
+
+    /// Reads from files asking for fewer bytes than this are small reads
+    /// (sonic_probe_small_reads_total, the small_reads finding).
+    #[arg(long, value_name = "SIZE", default_value = "4KiB", value_parser = parse_size)]
+    pub small_read_threshold: u64,
 
     /// Distinct process names exported as their own `comm` label; further
     /// names are exported as comm="other".
@@ -81,6 +102,60 @@ pub struct RunArgs {
     /// sonic_probe_events_dropped_total{stage="ringbuf"}.
     #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = parse_size)]
     pub ringbuf_size: u64,
+
+    /// Futex waits of a request thread lasting at least this long are
+    /// stalls (the futex_stall finding; see README, diagnoses).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub stall_threshold: std::time::Duration,
+
+    /// Threads whose name matches this glob are request threads too (the
+    /// main thread of a process always is). Repeatable.
+    #[arg(long = "stall-thread", value_name = "PATTERN")]
+    pub stall_threads: Vec<String>,
+
+    /// Threads whose name matches this glob are never reported as stalled.
+    /// Repeatable.
+    #[arg(long = "stall-ignore-thread", value_name = "PATTERN")]
+    pub stall_ignore_threads: Vec<String>,
+
+    /// A path opened this many times by one process within
+    /// --repeated-open-window is a repeated_open finding.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub repeated_open_count: u64,
+
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    /// Window of --repeated-open-count.
+    pub repeated_open_window: std::time::Duration,
+
+    /// A file read with at least this many small reads is a small_reads
+    /// finding (see --small-read-threshold).
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub small_read_min_count: u64,
+
+    /// A mapping of at least --large-map-threshold unmapped within this long
+    /// of being mapped is one churn cycle.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub churn_window: std::time::Duration,
+
+    /// Cycles of one size (and file) in one process that make an
+    /// mmap_churn finding.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub churn_cycles: u64,
+
+    /// Paths (globs) never reported by repeated_open, small_reads and, as
+    /// failing openat paths, syscall_errors; added to the defaults
+    /// (/proc/*, /sys/*, /dev/*, /etc/ld.so.cache, *.so, *.so.*,
+    /// */pybuilddir.txt, */pyvenv.cfg). Repeatable.
+    #[arg(long = "ignore-path", value_name = "GLOB")]
+    pub ignore_paths: Vec<String>,
+
+    /// A finding not seen again for this long is dropped.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    pub findings_window: std::time::Duration,
+
+    /// Findings kept per kind (the oldest go first).
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub max_findings: usize,
 
     /// Turn on the kernel's BPF run-time statistics while running (like
     /// sysctl kernel.bpf_stats_enabled=1) to export
@@ -98,6 +173,7 @@ pub fn main() -> ExitCode {
     init_logging(&cli.log_level);
     let result = match cli.command {
         Command::Run(args) => crate::daemon::run(args),
+        Command::Findings(args) => crate::client::run(&args.url, args.json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -172,7 +248,7 @@ mod tests {
     #[test]
     fn run_defaults() {
         let cli = Cli::try_parse_from(["sonic-probe", "run"]).unwrap();
-        let Command::Run(a) = cli.command;
+        let Command::Run(a) = cli.command else { panic!("not run") };
         assert!(a.pids.is_empty() && a.comms.is_empty() && a.cgroups.is_empty());
         assert_eq!(a.listen.to_string(), "127.0.0.1:9580");
         assert_eq!(a.slow_threshold, std::time::Duration::from_millis(100));

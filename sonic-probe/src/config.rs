@@ -10,6 +10,7 @@ use std::{net::SocketAddr, time::Duration};
 use crate::{
     cli::RunArgs,
     error::{Error, Result},
+    findings::Settings,
     targets::Targets,
 };
 
@@ -20,9 +21,11 @@ pub struct RunConfig {
     pub listen: SocketAddr,
     pub slow_call: Duration,
     pub large_map_bytes: u64,
+    pub small_read_bytes: u64,
     pub max_comms: usize,
     pub ringbuf_bytes: u32,
     pub bpf_stats: bool,
+    pub findings: Settings,
 }
 
 /// Largest ring buffer accepted (the kernel allows more; nobody needs it).
@@ -40,18 +43,72 @@ impl RunConfig {
             listen: args.listen,
             slow_call: args.slow_threshold,
             large_map_bytes: args.large_map_threshold,
+            small_read_bytes: args.small_read_threshold,
             max_comms: check_max_comms(args.max_comms)?,
             ringbuf_bytes: check_ringbuf_size(args.ringbuf_size)?,
             bpf_stats: args.bpf_stats,
+            findings: findings_settings(args)?,
         })
     }
+
+    /// The threshold the kernel sends slow calls at: low enough for every
+    /// detector that needs them.
+    pub fn kernel_slow_threshold(&self) -> Duration {
+        self.slow_call.min(self.findings.stall_threshold)
+    }
+}
+
+fn findings_settings(a: &RunArgs) -> Result<Settings> {
+    let patterns = |flag: &str, globs: &[String]| -> Result<Vec<glob::Pattern>> {
+        globs
+            .iter()
+            .map(|g| {
+                glob::Pattern::new(g)
+                    .map_err(|e| Error::usage(format!("{flag} '{g}': not a glob pattern ({e})")))
+            })
+            .collect()
+    };
+    let at_least_one = |flag: &str, n: u64| {
+        if n == 0 {
+            Err(Error::usage(format!("{flag} 0: must be at least 1")))
+        } else {
+            Ok(n)
+        }
+    };
+    let positive = |flag: &str, d: Duration| {
+        if d.is_zero() {
+            Err(Error::usage(format!("{flag}: must be longer than 0")))
+        } else {
+            Ok(d)
+        }
+    };
+    if a.large_map_threshold == 0 {
+        return Err(Error::usage("--large-map-threshold 0: must be at least 1 byte"));
+    }
+    Ok(Settings {
+        window: positive("--findings-window", a.findings_window)?,
+        max_findings: at_least_one("--max-findings", a.max_findings as u64)? as usize,
+        stall_threshold: positive("--stall-threshold", a.stall_threshold)?,
+        stall_threads: patterns("--stall-thread", &a.stall_threads)?,
+        stall_ignore_threads: patterns("--stall-ignore-thread", &a.stall_ignore_threads)?,
+        repeated_open_count: at_least_one("--repeated-open-count", a.repeated_open_count)?,
+        repeated_open_window: positive("--repeated-open-window", a.repeated_open_window)?,
+        small_read_bytes: a.small_read_threshold,
+        small_read_min_count: at_least_one("--small-read-min-count", a.small_read_min_count)?,
+        churn_bytes: a.large_map_threshold,
+        churn_window: positive("--churn-window", a.churn_window)?,
+        churn_cycles: at_least_one("--churn-cycles", a.churn_cycles)?,
+        ignore_paths: {
+            let mut p = crate::findings::default_ignore_paths();
+            p.extend(patterns("--ignore-path", &a.ignore_paths)?);
+            p
+        },
+    })
 }
 
 fn check_max_comms(n: usize) -> Result<usize> {
     if n == 0 || n > MAX_COMM_LABELS {
-        return Err(Error::usage(format!(
-            "--max-comms {n}: must be between 1 and {MAX_COMM_LABELS}"
-        )));
+        return Err(Error::usage(format!("--max-comms {n}: must be between 1 and {MAX_COMM_LABELS}")));
     }
     Ok(n)
 }
@@ -94,16 +151,13 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "t" | "tb" | "tib" => 40,
         _ => return Err(bad()),
     };
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("'{s}' is too large"))
+    n.checked_mul(1u64 << shift).ok_or_else(|| format!("'{s}' is too large"))
 }
 
 /// An `IP:PORT` socket address.
 pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     s.trim().parse().map_err(|_| {
-        format!(
-            "'{s}' is not an address to listen on; use IP:PORT, e.g. 127.0.0.1:9580 or [::]:9580"
-        )
+        format!("'{s}' is not an address to listen on; use IP:PORT, e.g. 127.0.0.1:9580 or [::]:9580")
     })
 }
 
@@ -148,10 +202,40 @@ mod tests {
         assert_eq!(check_ringbuf_size(4 << 20).unwrap(), 4 << 20);
         assert!(check_ringbuf_size(4096).is_ok());
         for bad in [0, 1000, 3 << 20, 2 << 30] {
-            assert!(
-                matches!(check_ringbuf_size(bad), Err(Error::Usage(_))),
-                "{bad}"
-            );
+            assert!(matches!(check_ringbuf_size(bad), Err(Error::Usage(_))), "{bad}");
+        }
+    }
+
+    fn run_args(extra: &[&str]) -> RunArgs {
+        use clap::Parser;
+        let mut argv = vec!["sonic-probe", "run"];
+        argv.extend_from_slice(extra);
+        match crate::cli::Cli::try_parse_from(argv).unwrap().command {
+            crate::cli::Command::Run(a) => a,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn findings_settings_defaults_and_checks() {
+        let s = findings_settings(&run_args(&[])).unwrap();
+        assert_eq!(s.stall_threshold, Duration::from_secs(1));
+        assert_eq!((s.repeated_open_count, s.churn_cycles, s.small_read_bytes), (3, 2, 4096));
+        assert_eq!(s.churn_bytes, 16 << 20);
+        assert_eq!(s.window, Duration::from_secs(600));
+        let s =
+            findings_settings(&run_args(&["--stall-thread", "pt_*", "--stall-threshold", "250ms"])).unwrap();
+        assert!(s.stall_threads[0].matches("pt_main"));
+        assert_eq!(s.stall_threshold, Duration::from_millis(250));
+        for bad in [
+            &["--stall-thread", "[x"][..],
+            &["--repeated-open-count", "0"],
+            &["--churn-cycles", "0"],
+            &["--stall-threshold", "0s"],
+            &["--max-findings", "0"],
+            &["--large-map-threshold", "0"],
+        ] {
+            assert!(matches!(findings_settings(&run_args(bad)), Err(Error::Usage(_))), "{bad:?}");
         }
     }
 

@@ -31,8 +31,10 @@ use crate::{
     config::RunConfig,
     error::Result,
     events::{self, reader::ReaderStats, Event, ProcessKind},
+    findings::FindingsService,
     http::{self, HttpState},
-    metrics::ProbeCollector,
+    labels::CommLabels,
+    metrics::{FindingsCollector, ProbeCollector},
     probe::Probe,
     stats::StatsStore,
 };
@@ -67,8 +69,9 @@ pub fn probe_config(config: &RunConfig) -> ProbeConfig {
         // flow and frequent: counted, not sent one by one.
         error_event_mask: mask_of(SYSCALLS.iter().map(|s| s.index).filter(|&i| i != FUTEX)),
         _pad: 0,
-        slow_call_ns: u64::try_from(config.slow_call.as_nanos()).unwrap_or(u64::MAX),
-        large_map_bytes: config.large_map_bytes,
+        slow_call_ns: u64::try_from(config.kernel_slow_threshold().as_nanos()).unwrap_or(u64::MAX),
+        large_size: config.large_map_bytes,
+        small_size: config.small_read_bytes,
     }
 }
 
@@ -80,18 +83,18 @@ async fn serve(config: RunConfig) -> Result<()> {
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow!("cannot listen on {}: {e}", config.listen))?;
-    let addr = listener
-        .local_addr()
-        .context("listening socket has no address")?;
+    let addr = listener.local_addr().context("listening socket has no address")?;
     let registry = Registry::new();
     let http_state = Arc::new(HttpState::new(registry.clone()));
     let server = tokio::spawn(http::serve(listener, http_state.clone()));
 
     let mut probe = Probe::load(config.ringbuf_bytes)?;
     probe.set_config(&probe_config(&config))?;
+    probe.set_file_classes(sonic_probe_common::DEFAULT_FILE_CLASSES)?;
     let mut targets = probe.take_targets()?;
     targets.apply(&config.targets)?;
     let aggregates = probe.take_aggregates()?;
+    let open_files = probe.take_open_files()?;
     let ring = probe.take_events()?;
     if config.bpf_stats {
         probe.enable_run_time_stats()?;
@@ -105,27 +108,34 @@ async fn serve(config: RunConfig) -> Result<()> {
     let (tx, rx) = mpsc::channel(EVENT_QUEUE);
     let reader = tokio::spawn(events::reader::run(ring, tx, reader_stats.clone()));
     let pid_targets: Vec<u32> = config.targets.pids.iter().map(|p| p.tgid).collect();
-    let consumer = tokio::spawn(consume(rx, pid_targets));
+    let findings = FindingsService::new(&config.findings, open_files);
+    let consumer = tokio::spawn(consume(rx, pid_targets, findings.clone()));
 
     let attached = probe.attached().join(", ");
     let n_attached = probe.attached().len();
     let probe = Arc::new(Mutex::new(probe));
-    let store = Arc::new(Mutex::new(StatsStore::new(aggregates, config.max_comms)));
+    let labels = Arc::new(Mutex::new(CommLabels::new(config.max_comms)));
+    let store = Arc::new(Mutex::new(StatsStore::new(aggregates, labels.clone())));
     let targets = Arc::new(Mutex::new(targets));
     let collector = ProbeCollector::new(
         probe.clone(),
         store.clone(),
         targets.clone(),
         reader_stats.clone(),
+        labels.clone(),
+        findings.clone(),
         config.targets.is_whole_host(),
     );
+    registry.register(Box::new(collector)).context("cannot register the metrics")?;
     registry
-        .register(Box::new(collector))
-        .context("cannot register the metrics")?;
+        .register(Box::new(FindingsCollector::new(findings.clone(), labels.clone(), config.max_comms)))
+        .context("cannot register the findings metrics")?;
+    http_state.set_findings(findings.clone());
     registry
         .register(Box::new(ProcessCollector::for_self()))
         .context("cannot register the process metrics")?;
     let folder = tokio::spawn(fold_periodically(store.clone()));
+    let sweeper = tokio::spawn(sweep_periodically(findings.clone()));
 
     http_state.set_ready();
     let comm_note = if config.targets.comms.is_empty() {
@@ -142,7 +152,7 @@ async fn serve(config: RunConfig) -> Result<()> {
 
     let why = shutdown.wait().await;
     info!("{why}: detaching and exiting");
-    for task in [server, folder, consumer] {
+    for task in [server, folder, sweeper, consumer] {
         task.abort();
     }
     reader.abort();
@@ -190,10 +200,26 @@ async fn fold_periodically(store: Arc<Mutex<StatsStore>>) {
     }
 }
 
-/// Consumes decoded events. The metrics don't depend on it (the kernel
-/// counts); it reports what a person would want to see in the log.
-async fn consume(mut rx: mpsc::Receiver<Event>, pid_targets: Vec<u32>) {
+/// How often the kernel's descriptor table is swept of processes that
+/// exec'd or exited.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
+async fn sweep_periodically(findings: FindingsService) {
+    let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let f = findings.clone();
+        let _ = tokio::task::spawn_blocking(move || f.sweep()).await;
+    }
+}
+
+/// Consumes decoded events: the findings engine sees each one, and the log
+/// gets what a person would want to see there. The metrics don't depend on
+/// it (the kernel counts).
+async fn consume(mut rx: mpsc::Receiver<Event>, pid_targets: Vec<u32>, findings: FindingsService) {
     while let Some(ev) = rx.recv().await {
+        findings.observe(&ev);
         match &ev {
             Event::Process(p) if p.kind == ProcessKind::Exit && pid_targets.contains(&p.tgid()) => {
                 info!(

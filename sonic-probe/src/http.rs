@@ -18,12 +18,13 @@ use std::{
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{
-    body::Incoming, header, server::conn::http1, service::service_fn, Method, Request, Response,
-    StatusCode,
+    body::Incoming, header, server::conn::http1, service::service_fn, Method, Request, Response, StatusCode,
 };
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus::{Encoder, TextEncoder};
 use tokio::{net::TcpListener, sync::Semaphore};
+
+use crate::findings::FindingsService;
 
 /// Connections served at once; more wait in the kernel's accept queue.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -38,14 +39,17 @@ pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 pub struct HttpState {
     pub registry: prometheus::Registry,
     ready: AtomicBool,
+    findings: std::sync::OnceLock<FindingsService>,
 }
 
 impl HttpState {
     pub fn new(registry: prometheus::Registry) -> Self {
-        HttpState {
-            registry,
-            ready: AtomicBool::new(false),
-        }
+        HttpState { registry, ready: AtomicBool::new(false), findings: std::sync::OnceLock::new() }
+    }
+
+    /// Where GET /findings gets its answer (set once, before ready).
+    pub fn set_findings(&self, findings: FindingsService) {
+        let _ = self.findings.set(findings);
     }
 
     /// Called once every program is attached: /healthz turns 200.
@@ -62,11 +66,7 @@ impl HttpState {
 pub async fn serve(listener: TcpListener, state: Arc<HttpState>) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let permit = slots
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("semaphore is never closed");
+        let permit = slots.clone().acquire_owned().await.expect("semaphore is never closed");
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             Err(e) => {
@@ -89,11 +89,7 @@ pub async fn serve(listener: TcpListener, state: Arc<HttpState>) {
     }
 }
 
-fn response(
-    status: StatusCode,
-    content_type: &str,
-    body: impl Into<Bytes>,
-) -> Response<Full<Bytes>> {
+fn response(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, content_type)
@@ -111,6 +107,7 @@ enum Route {
     Index,
     Healthz,
     Metrics,
+    Findings,
     NotFound,
     MethodNotAllowed,
 }
@@ -120,6 +117,7 @@ fn route(method: &Method, path: &str) -> Route {
         "/" => Route::Index,
         "/healthz" => Route::Healthz,
         "/metrics" => Route::Metrics,
+        "/findings" => Route::Findings,
         _ => return Route::NotFound,
     };
     if method != Method::GET && method != Method::HEAD {
@@ -136,19 +134,16 @@ fn healthz(ready: bool) -> Response<Full<Bytes>> {
     }
 }
 
-async fn handle(
-    req: Request<Incoming>,
-    state: Arc<HttpState>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(req: Request<Incoming>, state: Arc<HttpState>) -> Result<Response<Full<Bytes>>, Infallible> {
     Ok(match route(req.method(), req.uri().path()) {
         Route::Index => response(StatusCode::OK, TEXT, INDEX),
         Route::Healthz => healthz(state.is_ready()),
         Route::Metrics => metrics(state).await,
+        Route::Findings => findings(state).await,
         Route::NotFound => response(StatusCode::NOT_FOUND, TEXT, "not found\n"),
         Route::MethodNotAllowed => {
             let mut r = response(StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET\n");
-            r.headers_mut()
-                .insert(header::ALLOW, header::HeaderValue::from_static("GET, HEAD"));
+            r.headers_mut().insert(header::ALLOW, header::HeaderValue::from_static("GET, HEAD"));
             r
         }
     })
@@ -157,13 +152,23 @@ async fn handle(
 async fn metrics(state: Arc<HttpState>) -> Response<Full<Bytes>> {
     let encoded = tokio::task::spawn_blocking(move || {
         let mut buf = Vec::new();
-        TextEncoder::new()
-            .encode(&state.registry.gather(), &mut buf)
-            .map(|_| buf)
+        TextEncoder::new().encode(&state.registry.gather(), &mut buf).map(|_| buf)
     })
     .await;
     match encoded {
         Ok(Ok(buf)) => response(StatusCode::OK, TextEncoder::new().format_type(), buf),
+        Ok(Err(e)) => response(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("{e}\n")),
+        Err(e) => response(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("{e}\n")),
+    }
+}
+
+async fn findings(state: Arc<HttpState>) -> Response<Full<Bytes>> {
+    let Some(service) = state.findings.get().cloned() else {
+        return response(StatusCode::SERVICE_UNAVAILABLE, TEXT, "starting\n");
+    };
+    let json = tokio::task::spawn_blocking(move || serde_json::to_vec_pretty(&service.current().0)).await;
+    match json {
+        Ok(Ok(body)) => response(StatusCode::OK, "application/json", body),
         Ok(Err(e)) => response(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("{e}\n")),
         Err(e) => response(StatusCode::INTERNAL_SERVER_ERROR, TEXT, format!("{e}\n")),
     }
@@ -178,6 +183,7 @@ mod tests {
         assert_eq!(route(&Method::GET, "/metrics"), Route::Metrics);
         assert_eq!(route(&Method::HEAD, "/healthz"), Route::Healthz);
         assert_eq!(route(&Method::GET, "/"), Route::Index);
+        assert_eq!(route(&Method::GET, "/findings"), Route::Findings);
         assert_eq!(route(&Method::POST, "/metrics"), Route::MethodNotAllowed);
         assert_eq!(route(&Method::DELETE, "/healthz"), Route::MethodNotAllowed);
         assert_eq!(route(&Method::GET, "/metrics/x"), Route::NotFound);

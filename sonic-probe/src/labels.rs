@@ -21,12 +21,7 @@ pub struct CommLabels {
 
 impl CommLabels {
     pub fn new(max: usize) -> Self {
-        CommLabels {
-            max,
-            known: HashSet::new(),
-            other: Arc::from(OTHER),
-            folded: 0,
-        }
+        CommLabels { max, known: HashSet::new(), other: Arc::from(OTHER), folded: 0 }
     }
 
     /// The label for a process name (empty: the overflow entry, "other").

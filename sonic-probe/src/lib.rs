@@ -9,11 +9,14 @@
 //! arrive through [`events`].
 
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod errno;
 pub mod error;
 pub mod events;
+pub mod findings;
+pub mod futex;
 pub mod http;
 pub mod labels;
 pub mod metrics;

@@ -44,10 +44,7 @@ mod tests {
         assert!(missing(1 << CAP_SYS_ADMIN).is_none());
         assert!(missing((1 << CAP_BPF) | (1 << CAP_PERFMON)).is_none());
         let m = missing(1 << CAP_BPF).unwrap();
-        assert!(
-            m.contains("missing: CAP_PERFMON") && !m.contains("CAP_BPF,"),
-            "{m}"
-        );
+        assert!(m.contains("missing: CAP_PERFMON") && !m.contains("CAP_BPF,"), "{m}");
         assert!(missing(0).unwrap().contains("CAP_BPF, CAP_PERFMON"));
     }
 }

@@ -24,9 +24,7 @@ fn parse_status_field(text: &str, field: &str) -> Option<String> {
 
 /// The process (thread group) a thread id belongs to.
 pub fn tgid_of(pid: u32) -> io::Result<u32> {
-    status_field(pid, "Tgid")?
-        .parse()
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad Tgid"))
+    status_field(pid, "Tgid")?.parse().map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad Tgid"))
 }
 
 /// The name of a process (its thread-group leader's comm).
@@ -76,9 +74,7 @@ fn parse_cgroup2_mount(mountinfo: &str) -> Option<PathBuf> {
         if post.split_whitespace().next()? != "cgroup2" {
             return None;
         }
-        Some(PathBuf::from(unescape_mount(
-            pre.split_whitespace().nth(4)?,
-        )))
+        Some(PathBuf::from(unescape_mount(pre.split_whitespace().nth(4)?)))
     })
 }
 
@@ -104,8 +100,7 @@ fn unescape_mount(s: &str) -> String {
 /// Our effective capability set (CapEff), as a bit mask.
 pub fn effective_capabilities() -> io::Result<u64> {
     let v = status_field(std::process::id(), "CapEff")?;
-    u64::from_str_radix(&v, 16)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad CapEff"))
+    u64::from_str_radix(&v, 16).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad CapEff"))
 }
 
 #[cfg(test)]
@@ -124,19 +119,12 @@ mod tests {
     fn cgroup2_mount_on_hybrid_and_unified_hosts() {
         let hybrid = "35 25 0:30 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
                       40 25 0:35 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
-        assert_eq!(
-            parse_cgroup2_mount(hybrid),
-            Some("/sys/fs/cgroup/unified".into())
-        );
-        let unified =
-            "30 23 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
+        assert_eq!(parse_cgroup2_mount(hybrid), Some("/sys/fs/cgroup/unified".into()));
+        let unified = "30 23 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
         assert_eq!(parse_cgroup2_mount(unified), Some("/sys/fs/cgroup".into()));
         let escaped = "30 23 0:26 / /mnt/my\\040cg rw - cgroup2 none rw\n";
         assert_eq!(parse_cgroup2_mount(escaped), Some("/mnt/my cg".into()));
-        assert_eq!(
-            parse_cgroup2_mount("1 2 0:1 / / rw - ext4 /dev/vda rw\n"),
-            None
-        );
+        assert_eq!(parse_cgroup2_mount("1 2 0:1 / / rw - ext4 /dev/vda rw\n"), None);
     }
 
     #[test]

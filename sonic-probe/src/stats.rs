@@ -12,7 +12,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    sync::Arc,
+    sync::{Arc, Mutex},
 };
 
 use aya::{
@@ -27,7 +27,7 @@ use crate::{labels::CommLabels, probe::Aggregates, procfs};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct CallKey {
     pub syscall: u16,
-    /// futex command for futex, else 0.
+    /// futex: the command; read, openat: the FILE_CLASS_*; else 0.
     pub variant: u16,
 }
 
@@ -62,23 +62,25 @@ pub fn add_stats(dst: &mut SyscallStats, src: &SyscallStats) {
     dst.errors += src.errors;
     dst.total_ns += src.total_ns;
     dst.bytes += src.bytes;
+    dst.small += src.small;
+    dst.size_total += src.size_total;
     for (d, s) in dst.latency.iter_mut().zip(src.latency.iter()) {
+        *d += s;
+    }
+    for (d, s) in dst.size.iter_mut().zip(src.size.iter()) {
         *d += s;
     }
 }
 
 /// The pure part: labels, and the totals of processes that are gone.
 pub struct Aggregator {
-    labels: CommLabels,
+    labels: Arc<Mutex<CommLabels>>,
     folded: Snapshot,
 }
 
 impl Aggregator {
-    pub fn new(max_comms: usize) -> Self {
-        Aggregator {
-            labels: CommLabels::new(max_comms),
-            folded: Snapshot::default(),
-        }
+    pub fn new(labels: Arc<Mutex<CommLabels>>) -> Self {
+        Aggregator { labels, folded: Snapshot::default() }
     }
 
     /// Builds a snapshot from the live map entries (already summed over
@@ -93,34 +95,18 @@ impl Aggregator {
         let mut snap = self.folded.clone();
         let mut fold_stats = Vec::new();
         let mut fold_errors = Vec::new();
+        let mut labels = self.labels.lock().expect("labels lock");
         for (k, v) in stats {
-            let label = self.labels.label(&comm_str(&k.comm));
-            let key = (
-                CallKey {
-                    syscall: k.syscall,
-                    variant: k.variant,
-                },
-                label,
-            );
-            add_stats(
-                snap.calls
-                    .entry(key.clone())
-                    .or_insert_with(SyscallStats::zeroed),
-                v,
-            );
+            let label = labels.label(&comm_str(&k.comm));
+            let key = (CallKey { syscall: k.syscall, variant: k.variant }, label);
+            add_stats(snap.calls.entry(key.clone()).or_insert_with(SyscallStats::zeroed), v);
             if k.tgid != 0 && gone(k.tgid) {
-                add_stats(
-                    self.folded
-                        .calls
-                        .entry(key)
-                        .or_insert_with(SyscallStats::zeroed),
-                    v,
-                );
+                add_stats(self.folded.calls.entry(key).or_insert_with(SyscallStats::zeroed), v);
                 fold_stats.push(*k);
             }
         }
         for (k, v) in errors {
-            let label = self.labels.label(&comm_str(&k.comm));
+            let label = labels.label(&comm_str(&k.comm));
             let key = (k.syscall, label, k.errno);
             *snap.errors.entry(key.clone()).or_default() += v;
             if k.tgid != 0 && gone(k.tgid) {
@@ -129,10 +115,6 @@ impl Aggregator {
             }
         }
         (snap, fold_stats, fold_errors)
-    }
-
-    pub fn labels(&self) -> &CommLabels {
-        &self.labels
     }
 }
 
@@ -146,11 +128,8 @@ pub struct StatsStore {
 pub type Counters = [u64; NR_COUNTERS as usize];
 
 impl StatsStore {
-    pub fn new(maps: Aggregates, max_comms: usize) -> Self {
-        StatsStore {
-            maps,
-            aggregator: Aggregator::new(max_comms),
-        }
+    pub fn new(maps: Aggregates, labels: Arc<Mutex<CommLabels>>) -> Self {
+        StatsStore { maps, aggregator: Aggregator::new(labels) }
     }
 
     /// Reads the maps, folds the processes that are gone, returns totals.
@@ -163,9 +142,7 @@ impl StatsStore {
         let errors = read_summed(&self.maps.errors, |vals: &[u64]| vals.iter().sum());
         let mut liveness: HashMap<u32, bool> = HashMap::new();
         let (snap, fold_stats, fold_errors) = self.aggregator.snapshot(&stats, &errors, |tgid| {
-            !*liveness
-                .entry(tgid)
-                .or_insert_with(|| procfs::is_alive(tgid))
+            !*liveness.entry(tgid).or_insert_with(|| procfs::is_alive(tgid))
         });
         for k in &fold_stats {
             let _ = self.maps.stats.remove(k);
@@ -194,20 +171,13 @@ impl StatsStore {
             self.maps.errors.keys().filter(|k| k.is_ok()).count(),
         )
     }
-
-    pub fn labels(&self) -> &CommLabels {
-        self.aggregator.labels()
-    }
 }
 
 fn read_summed<K: Pod, V: Pod, T>(
     map: &PerCpuHashMap<MapData, K, V>,
     sum: impl Fn(&[V]) -> T,
 ) -> Vec<(K, T)> {
-    map.iter()
-        .filter_map(|r| r.ok())
-        .map(|(k, v)| (k, sum(&v)))
-        .collect()
+    map.iter().filter_map(|r| r.ok()).map(|(k, v)| (k, sum(&v))).collect()
 }
 
 #[cfg(test)]
@@ -215,13 +185,12 @@ mod tests {
     use super::*;
     use sonic_probe_common::{comm_bytes, syscalls::READ};
 
+    fn labels(max: usize) -> Arc<Mutex<CommLabels>> {
+        Arc::new(Mutex::new(CommLabels::new(max)))
+    }
+
     fn key(tgid: u32, comm: &str, syscall: u16) -> StatsKey {
-        StatsKey {
-            tgid,
-            syscall,
-            variant: 0,
-            comm: comm_bytes(comm),
-        }
+        StatsKey { tgid, syscall, variant: 0, comm: comm_bytes(comm) }
     }
 
     fn stats(calls: u64, bytes: u64) -> SyscallStats {
@@ -234,11 +203,8 @@ mod tests {
 
     #[test]
     fn processes_with_one_name_add_up() {
-        let mut a = Aggregator::new(10);
-        let live = [
-            (key(10, "dd", READ), stats(3, 30)),
-            (key(11, "dd", READ), stats(4, 40)),
-        ];
+        let mut a = Aggregator::new(labels(10));
+        let live = [(key(10, "dd", READ), stats(3, 30)), (key(11, "dd", READ), stats(4, 40))];
         let (snap, fs, fe) = a.snapshot(&live, &[], |_| false);
         assert!(fs.is_empty() && fe.is_empty());
         let t = snap.syscall_totals(READ, "dd").unwrap();
@@ -248,7 +214,7 @@ mod tests {
 
     #[test]
     fn exited_processes_are_folded_and_never_lost() {
-        let mut a = Aggregator::new(10);
+        let mut a = Aggregator::new(labels(10));
         let k = key(10, "dd", READ);
         let (s1, fold, _) = a.snapshot(&[(k, stats(3, 30))], &[], |_| true);
         assert_eq!(fold, vec![k]);
@@ -266,12 +232,9 @@ mod tests {
     #[test]
     fn pid_reuse_keeps_each_name() {
         // Same pid, different names (the pid was reused): separate totals.
-        let mut a = Aggregator::new(10);
+        let mut a = Aggregator::new(labels(10));
         let (s, _, _) = a.snapshot(
-            &[
-                (key(10, "old", READ), stats(2, 0)),
-                (key(10, "new", READ), stats(5, 0)),
-            ],
+            &[(key(10, "old", READ), stats(2, 0)), (key(10, "new", READ), stats(5, 0))],
             &[],
             |_| false,
         );
@@ -281,7 +244,7 @@ mod tests {
 
     #[test]
     fn overflow_entries_are_other_and_never_folded() {
-        let mut a = Aggregator::new(1);
+        let mut a = Aggregator::new(labels(1));
         let live = [
             (key(0, "", READ), stats(2, 0)),
             (key(5, "a", READ), stats(1, 0)),
@@ -295,13 +258,8 @@ mod tests {
 
     #[test]
     fn errors_fold_like_calls() {
-        let mut a = Aggregator::new(10);
-        let ek = ErrorKey {
-            tgid: 9,
-            syscall: 1,
-            errno: 2,
-            comm: comm_bytes("app"),
-        };
+        let mut a = Aggregator::new(labels(10));
+        let ek = ErrorKey { tgid: 9, syscall: 1, errno: 2, comm: comm_bytes("app") };
         let (s1, _, fold) = a.snapshot(&[], &[(ek, 3)], |_| true);
         assert_eq!(fold, vec![ek]);
         let (s2, _, _) = a.snapshot(&[], &[(ek, 1)], |_| false);

@@ -101,18 +101,11 @@ impl Targets {
             if p.requested == p.tgid {
                 parts.push(format!("pid {}", p.tgid));
             } else {
-                parts.push(format!(
-                    "pid {} (process of thread {})",
-                    p.tgid, p.requested
-                ));
+                parts.push(format!("pid {} (process of thread {})", p.tgid, p.requested));
             }
         }
         parts.extend(self.comms.iter().map(|c| format!("comm {c}")));
-        parts.extend(
-            self.cgroups
-                .iter()
-                .map(|c| format!("cgroup {}", c.path.display())),
-        );
+        parts.extend(self.cgroups.iter().map(|c| format!("cgroup {}", c.path.display())));
         parts.join(", ")
     }
 }
@@ -120,9 +113,7 @@ impl Targets {
 fn resolve_pid(pid: i64, me: u32) -> Result<PidTarget> {
     let max = procfs::pid_max();
     if pid <= 0 {
-        return Err(Error::usage(format!(
-            "--pid {pid}: a process id is a positive number"
-        )));
+        return Err(Error::usage(format!("--pid {pid}: a process id is a positive number")));
     }
     if pid >= i64::from(max) {
         return Err(Error::usage(format!(
@@ -130,12 +121,10 @@ fn resolve_pid(pid: i64, me: u32) -> Result<PidTarget> {
         )));
     }
     let requested = pid as u32;
-    let tgid = procfs::tgid_of(requested)
-        .map_err(|_| Error::usage(format!("--pid {pid}: no such process")))?;
+    let tgid =
+        procfs::tgid_of(requested).map_err(|_| Error::usage(format!("--pid {pid}: no such process")))?;
     if tgid == me {
-        return Err(Error::usage(format!(
-            "--pid {pid}: that is sonic-probe itself"
-        )));
+        return Err(Error::usage(format!("--pid {pid}: that is sonic-probe itself")));
     }
     Ok(PidTarget { requested, tgid })
 }
@@ -165,11 +154,8 @@ fn resolve_cgroup(spec: &str, mount: Option<&Path>) -> Result<CgroupTarget> {
         )));
     };
     let given = Path::new(spec);
-    let path = if given.starts_with(mount) {
-        given.to_path_buf()
-    } else {
-        mount.join(spec.trim_start_matches('/'))
-    };
+    let path =
+        if given.starts_with(mount) { given.to_path_buf() } else { mount.join(spec.trim_start_matches('/')) };
     let not_a_cgroup = || {
         Error::usage(format!(
             "--cgroup {spec}: {} is not a cgroup v2 directory (cgroup v2 is mounted at {})",
@@ -182,22 +168,14 @@ fn resolve_cgroup(spec: &str, mount: Option<&Path>) -> Result<CgroupTarget> {
         return Err(not_a_cgroup());
     }
     let rel = real.strip_prefix(mount).expect("checked above");
-    let level = rel
-        .components()
-        .filter(|c| matches!(c, Component::Normal(_)))
-        .count() as u32;
+    let level = rel.components().filter(|c| matches!(c, Component::Normal(_))).count() as u32;
     if level > MAX_CGROUP_LEVEL {
         return Err(Error::usage(format!(
             "--cgroup {spec}: nested {level} levels deep, deeper than the {MAX_CGROUP_LEVEL} supported"
         )));
     }
-    let id =
-        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&real).map_err(|_| not_a_cgroup())?);
-    Ok(CgroupTarget {
-        path: real,
-        id,
-        level,
-    })
+    let id = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&real).map_err(|_| not_a_cgroup())?);
+    Ok(CgroupTarget { path: real, id, level })
 }
 
 #[cfg(test)]
@@ -208,23 +186,11 @@ mod tests {
     fn pids_are_checked() {
         let me = std::process::id();
         for bad in [0, -1, i64::from(u32::MAX) + 5] {
-            assert!(
-                matches!(resolve_pid(bad, me), Err(Error::Usage(_))),
-                "{bad}"
-            );
+            assert!(matches!(resolve_pid(bad, me), Err(Error::Usage(_))), "{bad}");
         }
-        assert!(matches!(
-            resolve_pid(i64::from(me), me),
-            Err(Error::Usage(_))
-        ));
+        assert!(matches!(resolve_pid(i64::from(me), me), Err(Error::Usage(_))));
         // pid 1 exists on every Linux host.
-        assert_eq!(
-            resolve_pid(1, me).unwrap(),
-            PidTarget {
-                requested: 1,
-                tgid: 1
-            }
-        );
+        assert_eq!(resolve_pid(1, me).unwrap(), PidTarget { requested: 1, tgid: 1 });
     }
 
     #[test]
@@ -259,14 +225,8 @@ mod tests {
         assert_eq!(root.level, 0);
         let abs = resolve_cgroup(mount.to_str().unwrap(), Some(&mount)).unwrap();
         assert_eq!(abs, root);
-        assert!(matches!(
-            resolve_cgroup("no/such/group", Some(&mount)),
-            Err(Error::Usage(_))
-        ));
-        assert!(matches!(
-            resolve_cgroup("../../etc", Some(&mount)),
-            Err(Error::Usage(_))
-        ));
+        assert!(matches!(resolve_cgroup("no/such/group", Some(&mount)), Err(Error::Usage(_))));
+        assert!(matches!(resolve_cgroup("../../etc", Some(&mount)), Err(Error::Usage(_))));
         assert!(matches!(resolve_cgroup("x", None), Err(Error::Usage(_))));
     }
 
@@ -277,16 +237,8 @@ mod tests {
         assert_eq!(t.filter_flags(), 0);
         t.comms.push("python3".into());
         assert_eq!(t.filter_flags(), FILTER_TARGETS);
-        t.cgroups.push(CgroupTarget {
-            path: "/x".into(),
-            id: 7,
-            level: 2,
-        });
-        t.cgroups.push(CgroupTarget {
-            path: "/y".into(),
-            id: 8,
-            level: 4,
-        });
+        t.cgroups.push(CgroupTarget { path: "/x".into(), id: 7, level: 2 });
+        t.cgroups.push(CgroupTarget { path: "/y".into(), id: 8, level: 4 });
         assert_eq!(t.filter_flags(), FILTER_TARGETS | FILTER_CGROUPS);
         assert_eq!(t.cgroup_levels(), 0b10100);
         assert_eq!(t.describe(), "comm python3, cgroup /x, cgroup /y");

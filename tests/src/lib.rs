@@ -25,9 +25,7 @@ pub fn privileged(test: &str) -> bool {
         return true;
     }
     if std::env::var_os("SONIC_PROBE_REQUIRE_PRIVILEGED").is_some() {
-        panic!(
-            "{test}: needs root to load BPF programs, and SONIC_PROBE_REQUIRE_PRIVILEGED is set"
-        );
+        panic!("{test}: needs root to load BPF programs, and SONIC_PROBE_REQUIRE_PRIVILEGED is set");
     }
     eprintln!("skipped {test}: needs root (CAP_BPF + CAP_PERFMON) to load BPF programs");
     false
@@ -37,10 +35,7 @@ pub fn privileged(test: &str) -> bool {
 fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     // target/<profile>/deps/<test>-<hash>
-    exe.parent()
-        .and_then(|d| d.parent())
-        .expect("target dir")
-        .to_path_buf()
+    exe.parent().and_then(|d| d.parent()).expect("target dir").to_path_buf()
 }
 
 /// The sonic-probe binary (SONIC_PROBE_BIN, or the one next to the tests).
@@ -117,21 +112,13 @@ impl Daemon {
                             .and_then(|s| s.split('/').next())
                             .and_then(|s| s.parse().ok())
                             .expect("address in the ready line");
-                        return Daemon {
-                            child: Some(child),
-                            addr,
-                            log: rx,
-                            log_lines,
-                        };
+                        return Daemon { child: Some(child), addr, log: rx, log_lines };
                     }
                 }
                 Err(_) => {
                     let _ = child.kill();
                     let status = child.wait();
-                    panic!(
-                        "sonic-probe did not get ready ({status:?}); log:\n{}",
-                        log_lines.join("\n")
-                    );
+                    panic!("sonic-probe did not get ready ({status:?}); log:\n{}", log_lines.join("\n"));
                 }
             }
         }
@@ -196,15 +183,8 @@ pub fn http_request(addr: SocketAddr, method: &str, path: &str) -> (u16, String)
     write!(s, "{method} {path} HTTP/1.0\r\nHost: test\r\n\r\n").unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).expect("read response");
-    let status = out
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
+    let status = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     (status, body)
 }
 
@@ -230,10 +210,7 @@ impl Metrics {
             .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
             .map(|l| parse_sample(l).unwrap_or_else(|| panic!("bad sample line: {l}")))
             .collect();
-        Metrics {
-            samples,
-            text: text.to_string(),
-        }
+        Metrics { samples, text: text.to_string() }
     }
 
     /// Samples of `name` whose labels include all of `labels`.
@@ -243,10 +220,7 @@ impl Metrics {
         labels: &'a [(&str, &str)],
     ) -> impl Iterator<Item = &'a Sample> {
         self.samples.iter().filter(move |s| {
-            s.name == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+            s.name == name && labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
         })
     }
 
@@ -263,10 +237,7 @@ impl Metrics {
 
     /// Exact call count of a syscall for a comm.
     pub fn calls(&self, syscall: &str, comm: &str) -> u64 {
-        self.sum(
-            "sonic_probe_syscall_duration_seconds_count",
-            &[("syscall", syscall), ("comm", comm)],
-        ) as u64
+        self.sum("sonic_probe_syscall_duration_seconds_count", &[("syscall", syscall), ("comm", comm)]) as u64
     }
 
     pub fn errors(&self, syscall: &str, comm: &str, errno: &str) -> u64 {
@@ -291,11 +262,7 @@ fn parse_sample(line: &str) -> Option<Sample> {
             (name.to_string(), parse_labels(body)?)
         }
     };
-    Some(Sample {
-        name,
-        labels,
-        value,
-    })
+    Some(Sample { name, labels, value })
 }
 
 fn parse_labels(body: &str) -> Option<BTreeMap<String, String>> {
@@ -347,16 +314,10 @@ impl Workload {
         if let Some(n) = name {
             cmd.args(["--name", n]);
         }
-        let mut child = cmd
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start sp-workload");
+        let mut child =
+            cmd.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start sp-workload");
         let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("ready line");
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("ready line");
         assert_eq!(line.trim(), "ready", "sp-workload did not start");
         let stdin = child.stdin.take();
         let w = Workload { child, stdin };
@@ -411,11 +372,7 @@ pub fn parse_strace_summary(text: &str) -> BTreeMap<String, (u64, u64)> {
             Ok(c) => c,
             Err(_) => continue,
         };
-        let errors = if cols.len() == 6 {
-            cols[4].parse().unwrap_or(0)
-        } else {
-            0
-        };
+        let errors = if cols.len() == 6 { cols[4].parse().unwrap_or(0) } else { 0 };
         out.insert(name, (calls, errors));
     }
     out

@@ -17,28 +17,16 @@ use sonic_probe_tests::{privileged, sonic_probe_bin, Daemon};
 static LOCK: Mutex<()> = Mutex::new(());
 
 /// Our programs (bpftool shows their full BTF names) and maps (15 bytes max).
-const OUR_PROGRAMS: &[&str] = &[
-    "sys_enter",
-    "sys_exit",
-    "sched_process_fork",
-    "sched_process_exec",
-    "sched_process_exit",
-];
-const OUR_MAPS: &[&str] = &[
-    "thread_states",
-    "syscall_stats",
-    "syscall_errors",
-    "target_processe",
-    "target_comms",
-];
+const OUR_PROGRAMS: &[&str] =
+    &["sys_enter", "sys_exit", "sched_process_fork", "sched_process_exec", "sched_process_exit"];
+const OUR_MAPS: &[&str] =
+    &["thread_states", "syscall_stats", "syscall_errors", "target_processe", "target_comms"];
 
 /// How many of our programs and maps the kernel holds.
 fn our_bpf_objects() -> usize {
     let count = |what: &str, names: &[&str]| {
-        let out = Command::new("bpftool")
-            .args([what, "show"])
-            .output()
-            .expect("bpftool (apt-get install bpftool)");
+        let out =
+            Command::new("bpftool").args([what, "show"]).output().expect("bpftool (apt-get install bpftool)");
         assert!(out.status.success(), "bpftool {what} show failed");
         String::from_utf8_lossy(&out.stdout)
             .lines()
@@ -53,11 +41,7 @@ fn our_bpf_objects() -> usize {
 fn assert_back_to(baseline: usize, context: &str) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while our_bpf_objects() > baseline {
-        assert!(
-            Instant::now() < deadline,
-            "{context}: BPF objects left:\n{}",
-            bpftool_dump()
-        );
+        assert!(Instant::now() < deadline, "{context}: BPF objects left:\n{}", bpftool_dump());
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -82,34 +66,21 @@ fn bpf_ids_held_by(pid: u32) -> Vec<(String, u32)> {
 }
 
 fn bpf_object_exists(kind: &str, id: u32) -> bool {
-    let out = Command::new("bpftool")
-        .args([kind, "show", "id", &id.to_string()])
-        .output()
-        .unwrap();
+    let out = Command::new("bpftool").args([kind, "show", "id", &id.to_string()]).output().unwrap();
     out.status.success()
 }
 
 fn bpftool_dump() -> String {
-    let p = Command::new("bpftool")
-        .args(["prog", "show"])
-        .output()
-        .unwrap();
+    let p = Command::new("bpftool").args(["prog", "show"]).output().unwrap();
     String::from_utf8_lossy(&p.stdout).into_owned()
 }
 
 fn run(args: &[&str]) -> Output {
-    Command::new(sonic_probe_bin())
-        .args(args)
-        .output()
-        .expect("run sonic-probe")
+    Command::new(sonic_probe_bin()).args(args).output().expect("run sonic-probe")
 }
 
 fn stderr_lines(o: &Output) -> Vec<String> {
-    String::from_utf8_lossy(&o.stderr)
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(String::from)
-        .collect()
+    String::from_utf8_lossy(&o.stderr).lines().filter(|l| !l.trim().is_empty()).map(String::from).collect()
 }
 
 #[test]
@@ -126,32 +97,12 @@ fn bad_input_gets_one_clear_line_and_nothing_attached() {
         (&["run", "--pid", "0"], 2, "positive"),
         (&["run", "--pid", "-5"], 2, "positive"),
         (&["run", "--pid", "abc"], 2, "invalid value 'abc'"),
-        (
-            &["run", "--cgroup", "/no/such/cgroup"],
-            2,
-            "not a cgroup v2 directory",
-        ),
-        (
-            &["run", "--comm", "a-name-longer-than-15"],
-            2,
-            "at most 15 bytes",
-        ),
-        (
-            &["run", "--listen", "nowhere"],
-            2,
-            "'nowhere' is not an address",
-        ),
-        (
-            &["run", "--listen", "1.2.3.4:99999"],
-            2,
-            "is not an address",
-        ),
+        (&["run", "--cgroup", "/no/such/cgroup"], 2, "not a cgroup v2 directory"),
+        (&["run", "--comm", "a-name-longer-than-15"], 2, "at most 15 bytes"),
+        (&["run", "--listen", "nowhere"], 2, "'nowhere' is not an address"),
+        (&["run", "--listen", "1.2.3.4:99999"], 2, "is not an address"),
         (&["run", "--slow-threshold", "soon"], 2, "is not a duration"),
-        (
-            &["run", "--large-map-threshold", "huge"],
-            2,
-            "is not a size",
-        ),
+        (&["run", "--large-map-threshold", "huge"], 2, "is not a size"),
         (&["run", "--ringbuf-size", "3MiB"], 2, "power of two"),
         (&["run", "--max-comms", "0"], 2, "--max-comms 0"),
         (&["run", "--bogus"], 2, "unexpected argument '--bogus'"),
@@ -162,16 +113,8 @@ fn bad_input_gets_one_clear_line_and_nothing_attached() {
         let lines = stderr_lines(&o);
         assert_eq!(o.status.code(), Some(*code), "{args:?}: {lines:?}");
         assert_eq!(lines.len(), 1, "{args:?} should print one line: {lines:?}");
-        assert!(
-            lines[0].contains(needle),
-            "{args:?}: {:?} lacks {needle:?}",
-            lines[0]
-        );
-        assert!(
-            lines[0].starts_with("sonic-probe: error: "),
-            "{:?}",
-            lines[0]
-        );
+        assert!(lines[0].contains(needle), "{args:?}: {:?} lacks {needle:?}", lines[0]);
+        assert!(lines[0].starts_with("sonic-probe: error: "), "{:?}", lines[0]);
         assert_back_to(baseline, &format!("{args:?}"));
     }
     drop(busy);
@@ -194,10 +137,7 @@ fn missing_privileges_are_one_clear_line() {
     let lines = stderr_lines(&o);
     assert_eq!(o.status.code(), Some(1), "{lines:?}");
     assert_eq!(lines.len(), 1, "{lines:?}");
-    assert!(
-        lines[0].contains("missing privileges") && lines[0].contains("CAP_BPF"),
-        "{lines:?}"
-    );
+    assert!(lines[0].contains("missing privileges") && lines[0].contains("CAP_BPF"), "{lines:?}");
     assert_back_to(baseline, "without privileges");
 }
 
@@ -207,11 +147,7 @@ fn every_way_of_stopping_detaches_everything() {
         return;
     }
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    for (signal, clean) in [
-        (libc::SIGINT, true),
-        (libc::SIGTERM, true),
-        (libc::SIGKILL, false),
-    ] {
+    for (signal, clean) in [(libc::SIGINT, true), (libc::SIGTERM, true), (libc::SIGKILL, false)] {
         let d = Daemon::start(&[]);
         let ids = bpf_ids_held_by(d.pid());
         let count = |kind: &str| ids.iter().filter(|(k, _)| k == kind).count();
@@ -224,17 +160,11 @@ fn every_way_of_stopping_detaches_everything() {
         }
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            let left: Vec<_> = ids
-                .iter()
-                .filter(|(kind, id)| bpf_object_exists(kind, *id))
-                .collect();
+            let left: Vec<_> = ids.iter().filter(|(kind, id)| bpf_object_exists(kind, *id)).collect();
             if left.is_empty() {
                 break;
             }
-            assert!(
-                Instant::now() < deadline,
-                "after signal {signal}, still in the kernel: {left:?}"
-            );
+            assert!(Instant::now() < deadline, "after signal {signal}, still in the kernel: {left:?}");
             std::thread::sleep(Duration::from_millis(20));
         }
     }

@@ -4,8 +4,7 @@
 use std::process::Command;
 
 use sonic_probe_tests::{
-    parse_strace_summary, privileged, unique_name, workload::exact, workload::spawn, Daemon,
-    Workload,
+    parse_strace_summary, privileged, unique_name, workload::exact, workload::spawn, Daemon, Workload,
 };
 
 #[test]
@@ -31,35 +30,19 @@ fn exact_counts_for_a_known_workload() {
     assert_eq!(m.errors("futex", &name, "ETIMEDOUT"), 1);
     assert_eq!(m.errors("futex", &name, "EAGAIN"), 1);
     let all_errors = m.sum("sonic_probe_syscall_errors_total", &[("comm", &name)]) as u64;
-    assert_eq!(
-        all_errors,
-        exact::ENOENT_OPENS + exact::READS_EBADF + exact::MMAP_EINVAL + 2
-    );
+    assert_eq!(all_errors, exact::ENOENT_OPENS + exact::READS_EBADF + exact::MMAP_EINVAL + 2);
 
     let c = [("comm", name.as_str())];
-    assert_eq!(
-        m.get("sonic_probe_read_bytes_total", &c),
-        Some((exact::READS_OK * exact::READ_SIZE) as f64)
-    );
-    assert_eq!(
-        m.get("sonic_probe_mmap_bytes_total", &c),
-        Some((exact::MAPS_OK * exact::MAP_SIZE) as f64)
-    );
-    assert_eq!(
-        m.get("sonic_probe_munmap_bytes_total", &c),
-        Some((exact::MAPS_OK * exact::MAP_SIZE) as f64)
-    );
+    assert_eq!(m.get("sonic_probe_read_bytes_total", &c), Some((exact::READS_OK * exact::READ_SIZE) as f64));
+    assert_eq!(m.get("sonic_probe_mmap_bytes_total", &c), Some((exact::MAPS_OK * exact::MAP_SIZE) as f64));
+    assert_eq!(m.get("sonic_probe_munmap_bytes_total", &c), Some((exact::MAPS_OK * exact::MAP_SIZE) as f64));
 
     // The timed-out wait took about 1 ms: above 2^19 ns, at most a few ms.
     let futex_fast = m.sum(
         "sonic_probe_syscall_duration_seconds_bucket",
         &[("syscall", "futex"), ("comm", &name), ("le", "0.000524288")],
     ) as u64;
-    assert_eq!(
-        futex_fast,
-        exact::FUTEX - 1,
-        "all but the timed wait are fast"
-    );
+    assert_eq!(futex_fast, exact::FUTEX - 1, "all but the timed wait are fast");
 
     // Nothing was lost on the way.
     for s in m.matching("sonic_probe_events_dropped_total", &[]) {
@@ -76,10 +59,8 @@ fn exact_counts_for_a_known_workload() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
         let m = d.metrics();
-        let got: Vec<u64> = expected
-            .iter()
-            .map(|(k, _)| m.sum("sonic_probe_events_total", &[("kind", k)]) as u64)
-            .collect();
+        let got: Vec<u64> =
+            expected.iter().map(|(k, _)| m.sum("sonic_probe_events_total", &[("kind", k)]) as u64).collect();
         let produced = m.get("sonic_probe_events_produced_total", &[]).unwrap() as u64;
         if got.iter().zip(&expected).all(|(g, (_, e))| g == e) {
             assert_eq!(produced, expected.iter().map(|(_, n)| n).sum::<u64>());
@@ -119,23 +100,13 @@ fn dd_counts_equal_strace_counts() {
     assert!(status.success());
     let strace = parse_strace_summary(&std::fs::read_to_string(&summary).unwrap());
     let m = d.metrics();
-    for syscall in ["futex", "openat", "read", "mmap", "munmap"] {
+    for syscall in ["futex", "openat", "read", "mmap", "munmap", "close", "futex_waitv"] {
         let (calls, errors) = strace.get(syscall).copied().unwrap_or((0, 0));
-        assert_eq!(
-            m.calls(syscall, &name),
-            calls,
-            "{syscall} calls: sonic-probe vs strace -c"
-        );
-        let ours = m.sum(
-            "sonic_probe_syscall_errors_total",
-            &[("syscall", syscall), ("comm", &name)],
-        ) as u64;
+        assert_eq!(m.calls(syscall, &name), calls, "{syscall} calls: sonic-probe vs strace -c");
+        let ours = m.sum("sonic_probe_syscall_errors_total", &[("syscall", syscall), ("comm", &name)]) as u64;
         assert_eq!(ours, errors, "{syscall} errors: sonic-probe vs strace -c");
     }
-    assert!(
-        strace["read"].0 >= 5000,
-        "dd read at least count blocks: {strace:?}"
-    );
+    assert!(strace["read"].0 >= 5000, "dd read at least count blocks: {strace:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -162,12 +133,8 @@ fn a_200ms_futex_wait_lands_in_the_right_bucket() {
     assert_eq!(bucket("0.067108864"), total - 1);
     assert_eq!(bucket("0.134217728"), total - 1);
     assert_eq!(bucket("0.268435456"), total);
-    let sum = m
-        .get(
-            "sonic_probe_syscall_duration_seconds_sum",
-            &[("syscall", "futex"), ("comm", &name)],
-        )
-        .unwrap();
+    let sum =
+        m.get("sonic_probe_syscall_duration_seconds_sum", &[("syscall", "futex"), ("comm", &name)]).unwrap();
     assert!((0.2..0.268).contains(&sum), "futex time {sum}");
 }
 
@@ -207,8 +174,7 @@ fn threads_and_forked_children_of_a_pid_target_are_followed() {
         m.calls("read", &name),
         spawn::reads(threads, forks, reads),
         "drops: {:?}",
-        m.matching("sonic_probe_events_dropped_total", &[])
-            .collect::<Vec<_>>()
+        m.matching("sonic_probe_events_dropped_total", &[]).collect::<Vec<_>>()
     );
     assert_eq!(
         m.get("sonic_probe_read_bytes_total", &[("comm", &name)]),
@@ -216,10 +182,7 @@ fn threads_and_forked_children_of_a_pid_target_are_followed() {
     );
     // The children have exited; a later scrape still has every call.
     std::thread::sleep(std::time::Duration::from_millis(50));
-    assert_eq!(
-        d.metrics().calls("read", &name),
-        spawn::reads(threads, forks, reads)
-    );
+    assert_eq!(d.metrics().calls("read", &name), spawn::reads(threads, forks, reads));
 }
 
 #[test]
@@ -267,11 +230,7 @@ fn comm_targets_include_running_and_later_processes() {
     ];
     for (syscall, running_calls) in expected {
         let later_calls = strace.get(syscall).map_or(0, |c| c.0);
-        assert_eq!(
-            m.calls(syscall, &name),
-            running_calls + later_calls,
-            "{syscall}"
-        );
+        assert_eq!(m.calls(syscall, &name), running_calls + later_calls, "{syscall}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -321,8 +280,7 @@ fn cgroup2_mount() -> Option<std::path::PathBuf> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     text.lines().find_map(|l| {
         let (pre, post) = l.split_once(" - ")?;
-        (post.split_whitespace().next()? == "cgroup2")
-            .then(|| pre.split_whitespace().nth(4).unwrap().into())
+        (post.split_whitespace().next()? == "cgroup2").then(|| pre.split_whitespace().nth(4).unwrap().into())
     })
 }
 
@@ -334,19 +292,11 @@ fn http_endpoints() {
     let d = Daemon::start(&["--pid", "1"]);
     assert_eq!(d.get("/healthz"), (200, "ok\n".to_string()));
     assert_eq!(d.get("/nope").0, 404);
-    assert_eq!(
-        sonic_probe_tests::http_request(d.addr, "POST", "/metrics").0,
-        405
-    );
+    assert_eq!(sonic_probe_tests::http_request(d.addr, "POST", "/metrics").0, 405);
     let m = d.metrics();
     assert_eq!(m.get("sonic_probe_bpf_programs_attached", &[]), Some(5.0));
     assert_eq!(m.get("sonic_probe_target_processes", &[]), Some(1.0));
-    assert!(m
-        .get(
-            "sonic_probe_build_info",
-            &[("version", env!("CARGO_PKG_VERSION"))]
-        )
-        .is_some());
+    assert!(m.get("sonic_probe_build_info", &[("version", env!("CARGO_PKG_VERSION"))]).is_some());
     let status = d.stop();
     assert!(status.success(), "{status:?}");
 }
@@ -362,10 +312,7 @@ fn metrics_pass_promtool_check() {
     let _ = Command::new("ls").arg("/").output();
     let (status, body) = d.get("/metrics");
     assert_eq!(status, 200);
-    assert!(
-        body.contains("sonic_probe_syscall_errors_total{"),
-        "no errors exported:\n{body}"
-    );
+    assert!(body.contains("sonic_probe_syscall_errors_total{"), "no errors exported:\n{body}");
     let mut child = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())
@@ -374,22 +321,11 @@ fn metrics_pass_promtool_check() {
         .spawn()
         .expect("promtool (apt-get install prometheus)");
     use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
+    child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
-    let problems = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && problems.trim().is_empty(),
-        "promtool check metrics:\n{problems}"
-    );
+    let problems =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && problems.trim().is_empty(), "promtool check metrics:\n{problems}");
 }
 
 #[test]
@@ -406,17 +342,9 @@ fn names_beyond_max_comms_are_exported_as_other() {
     assert_eq!(d.metrics().calls("read", &a), exact::READ);
     assert!(wb.go().success());
     let m = d.metrics();
-    assert_eq!(
-        m.calls("read", &a),
-        exact::READ,
-        "the first name keeps its label"
-    );
+    assert_eq!(m.calls("read", &a), exact::READ, "the first name keeps its label");
     assert_eq!(m.calls("read", &b), 0);
-    assert_eq!(
-        m.calls("read", "other"),
-        exact::READ,
-        "the second name is folded"
-    );
+    assert_eq!(m.calls("read", "other"), exact::READ, "the second name is folded");
     assert_eq!(m.get("sonic_probe_comm_labels", &[]), Some(1.0));
 }
 
@@ -430,15 +358,8 @@ fn bpf_run_time_statistics_with_bpf_stats() {
     let _ = Command::new("true").status();
     let m = d.metrics();
     for p in ["sys_enter", "sys_exit"] {
-        let runs = m
-            .get("sonic_probe_bpf_program_runs_total", &[("program", p)])
-            .unwrap_or(0.0);
-        let secs = m
-            .get(
-                "sonic_probe_bpf_program_run_seconds_total",
-                &[("program", p)],
-            )
-            .unwrap_or(0.0);
+        let runs = m.get("sonic_probe_bpf_program_runs_total", &[("program", p)]).unwrap_or(0.0);
+        let secs = m.get("sonic_probe_bpf_program_run_seconds_total", &[("program", p)]).unwrap_or(0.0);
         assert!(runs > 0.0 && secs > 0.0, "{p}: {runs} runs, {secs} s");
     }
 }

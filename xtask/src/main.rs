@@ -24,10 +24,8 @@ tasks:
 ";
 
 /// Debian packages and a file each provides, to tell whether it is there.
-const BUILD_PACKAGES: &[(&str, &str)] = &[
-    ("clang-16", "/usr/bin/clang-16"),
-    ("libbpf-dev", "/usr/include/bpf/bpf_helpers.h"),
-];
+const BUILD_PACKAGES: &[(&str, &str)] =
+    &[("clang-16", "/usr/bin/clang-16"), ("libbpf-dev", "/usr/include/bpf/bpf_helpers.h")];
 const TEST_PACKAGES: &[(&str, &str)] = &[
     ("strace", "/usr/bin/strace"),
     ("bpftool", "/usr/sbin/bpftool"),
@@ -65,17 +63,11 @@ fn main() -> ExitCode {
 }
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
 }
 
 fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+    Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"))
 }
 
 /// Runs a command in the workspace root, failing on a non-zero exit.
@@ -99,19 +91,13 @@ fn setup(with_tests: bool) -> Result<()> {
     if with_tests {
         wanted.extend_from_slice(TEST_PACKAGES);
     }
-    let missing: Vec<&str> = wanted
-        .iter()
-        .filter(|(_, file)| !Path::new(file).exists())
-        .map(|(pkg, _)| *pkg)
-        .collect();
+    let missing: Vec<&str> =
+        wanted.iter().filter(|(_, file)| !Path::new(file).exists()).map(|(pkg, _)| *pkg).collect();
     if missing.is_empty() {
         return Ok(());
     }
     if !is_root() {
-        bail!(
-            "missing packages {}: run as root, or apt-get install them",
-            missing.join(" ")
-        );
+        bail!("missing packages {}: run as root, or apt-get install them", missing.join(" "));
     }
     sh("apt-get", &["update", "-q"], &[])?;
     let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
@@ -134,26 +120,11 @@ fn run(args: &[String]) -> Result<()> {
 fn test() -> Result<()> {
     setup(true)?;
     sh("cargo", &["fmt", "--all", "--", "--check"], &[])?;
-    sh(
-        "cargo",
-        &[
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ],
-        &[],
-    )?;
+    sh("cargo", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"], &[])?;
     sh("cargo", &["build", "--workspace", "--all-targets"], &[])?;
     if !is_root() {
         bail!("the integration tests load BPF programs: run `cargo xtask test` as root");
     }
     // Integration tests must not skip here: a missing privilege is a failure.
-    sh(
-        "cargo",
-        &["test", "--workspace"],
-        &[("SONIC_PROBE_REQUIRE_PRIVILEGED", "1")],
-    )
+    sh("cargo", &["test", "--workspace"], &[("SONIC_PROBE_REQUIRE_PRIVILEGED", "1")])
 }

@@ -6,12 +6,11 @@
 //! panic), so a mismatched program can't make the daemon misread memory.
 
 use sonic_probe_common::{
-    syscalls, EventHeader, ProcessEvent, SharedStruct, SyscallEvent, SyscallPathEvent,
-    EVENT_PROCESS_EXEC, EVENT_PROCESS_EXIT, EVENT_PROCESS_FORK, EVENT_SYSCALL, EVENT_SYSCALL_PATH,
-    PATH_CAP,
+    syscalls, EventHeader, ProcessEvent, SharedStruct, SyscallEvent, SyscallPathEvent, EVENT_FILE_CLOSE,
+    EVENT_PROCESS_EXEC, EVENT_PROCESS_EXIT, EVENT_PROCESS_FORK, EVENT_SYSCALL, EVENT_SYSCALL_PATH, PATH_CAP,
 };
 
-use super::{Call, Event, ProcessChange, ProcessKind};
+use super::{Call, Event, FileClosed, ProcessChange, ProcessKind};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
@@ -31,11 +30,7 @@ pub enum DecodeError {
 fn read<T: SharedStruct>(buf: &[u8], kind: u32) -> Result<T, DecodeError> {
     let need = core::mem::size_of::<T>();
     if buf.len() < need {
-        return Err(DecodeError::Truncated {
-            kind,
-            need,
-            got: buf.len(),
-        });
+        return Err(DecodeError::Truncated { kind, need, got: buf.len() });
     }
     // SAFETY: length checked above; T is plain old data (integers and
     // arrays of integers), valid for any bit pattern; read_unaligned makes
@@ -44,9 +39,7 @@ fn read<T: SharedStruct>(buf: &[u8], kind: u32) -> Result<T, DecodeError> {
 }
 
 fn check_syscall(ev: &SyscallEvent) -> Result<(), DecodeError> {
-    syscalls::by_index(ev.syscall)
-        .map(|_| ())
-        .ok_or(DecodeError::UnknownSyscall(ev.syscall))
+    syscalls::by_index(ev.syscall).map(|_| ()).ok_or(DecodeError::UnknownSyscall(ev.syscall))
 }
 
 pub fn decode(buf: &[u8]) -> Result<Event, DecodeError> {
@@ -67,10 +60,7 @@ pub fn decode(buf: &[u8]) -> Result<Event, DecodeError> {
             if len >= PATH_CAP {
                 return Err(DecodeError::BadPathLength(ev.call.path_len));
             }
-            Ok(Event::Call(Call {
-                raw: ev.call,
-                path: Some(ev.path[..len].to_vec()),
-            }))
+            Ok(Event::Call(Call { raw: ev.call, path: Some(ev.path[..len].to_vec()) }))
         }
         EVENT_PROCESS_EXEC | EVENT_PROCESS_FORK | EVENT_PROCESS_EXIT => {
             let raw: ProcessEvent = read(buf, kind)?;
@@ -81,6 +71,7 @@ pub fn decode(buf: &[u8]) -> Result<Event, DecodeError> {
             };
             Ok(Event::Process(ProcessChange { kind, raw }))
         }
+        EVENT_FILE_CLOSE => Ok(Event::FileClosed(FileClosed { raw: read(buf, kind)? })),
         other => Err(DecodeError::UnknownKind(other)),
     }
 }
@@ -88,25 +79,17 @@ pub fn decode(buf: &[u8]) -> Result<Event, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sonic_probe_common::{comm_bytes, syscalls::OPENAT, EMIT_PATH};
+    use sonic_probe_common::{comm_bytes, syscalls::OPENAT, FileCloseEvent, EMIT_PATH};
 
     fn bytes_of<T: SharedStruct>(v: &T) -> Vec<u8> {
         // SAFETY: T is plain old data with explicit padding.
-        unsafe {
-            core::slice::from_raw_parts((v as *const T).cast::<u8>(), core::mem::size_of::<T>())
-        }
-        .to_vec()
+        unsafe { core::slice::from_raw_parts((v as *const T).cast::<u8>(), core::mem::size_of::<T>()) }
+            .to_vec()
     }
 
     fn openat(path: &str) -> SyscallPathEvent {
         let mut ev = SyscallPathEvent::zeroed();
-        ev.call.header = EventHeader {
-            kind: EVENT_SYSCALL_PATH,
-            tgid: 7,
-            tid: 8,
-            cpu: 1,
-            time_ns: 99,
-        };
+        ev.call.header = EventHeader { kind: EVENT_SYSCALL_PATH, tgid: 7, tid: 8, cpu: 1, time_ns: 99 };
         ev.call.syscall = OPENAT;
         ev.call.reasons = EMIT_PATH;
         ev.call.ret = -2;
@@ -134,41 +117,36 @@ mod tests {
         ev.header.tgid = 42;
         ev.exit_code = 256;
         ev.comm = comm_bytes("dd");
-        let Event::Process(p) = decode(&bytes_of(&ev)).unwrap() else {
-            panic!()
-        };
-        assert_eq!(
-            (p.kind, p.tgid(), p.name()),
-            (ProcessKind::Exit, 42, "dd".to_string())
-        );
+        let Event::Process(p) = decode(&bytes_of(&ev)).unwrap() else { panic!() };
+        assert_eq!((p.kind, p.tgid(), p.name()), (ProcessKind::Exit, 42, "dd".to_string()));
+    }
+
+    #[test]
+    fn decodes_file_close_events() {
+        let mut ev = FileCloseEvent::zeroed();
+        ev.header.kind = EVENT_FILE_CLOSE;
+        ev.header.tgid = 5;
+        ev.fd = 9;
+        ev.file.small_reads = 64;
+        let Event::FileClosed(f) = decode(&bytes_of(&ev)).unwrap() else { panic!() };
+        assert_eq!((f.tgid(), f.fd(), f.raw.file.small_reads), (5, 9, 64));
+        assert!(decode(&bytes_of(&ev)[..30]).is_err());
     }
 
     #[test]
     fn rejects_short_unknown_and_inconsistent_records() {
         assert_eq!(decode(&[0u8; 10]), Err(DecodeError::Short(10)));
         let full = bytes_of(&openat("/x"));
-        assert!(matches!(
-            decode(&full[..200]),
-            Err(DecodeError::Truncated {
-                kind: EVENT_SYSCALL_PATH,
-                ..
-            })
-        ));
+        assert!(matches!(decode(&full[..200]), Err(DecodeError::Truncated { kind: EVENT_SYSCALL_PATH, .. })));
         let mut unknown = full.clone();
         unknown[..4].copy_from_slice(&77u32.to_ne_bytes());
         assert_eq!(decode(&unknown), Err(DecodeError::UnknownKind(77)));
         let mut bad = openat("/x");
         bad.call.path_len = PATH_CAP as u16;
-        assert_eq!(
-            decode(&bytes_of(&bad)),
-            Err(DecodeError::BadPathLength(PATH_CAP as u16))
-        );
+        assert_eq!(decode(&bytes_of(&bad)), Err(DecodeError::BadPathLength(PATH_CAP as u16)));
         let mut bad = openat("/x");
         bad.call.syscall = 999;
-        assert_eq!(
-            decode(&bytes_of(&bad)),
-            Err(DecodeError::UnknownSyscall(999))
-        );
+        assert_eq!(decode(&bytes_of(&bad)), Err(DecodeError::UnknownSyscall(999)));
     }
 
     #[test]

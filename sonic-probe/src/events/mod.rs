@@ -11,8 +11,8 @@ pub mod reader;
 use std::time::Duration;
 
 use sonic_probe_common::{
-    comm_str, syscalls, ProcessEvent, SyscallEvent, EVENT_PROCESS_EXEC, EVENT_PROCESS_EXIT,
-    EVENT_PROCESS_FORK, EVENT_SYSCALL, EVENT_SYSCALL_PATH,
+    comm_str, syscalls, FileCloseEvent, ProcessEvent, SyscallEvent, EVENT_FILE_CLOSE, EVENT_PROCESS_EXEC,
+    EVENT_PROCESS_EXIT, EVENT_PROCESS_FORK, EVENT_SYSCALL, EVENT_SYSCALL_PATH,
 };
 
 pub use decode::{decode, DecodeError};
@@ -22,6 +22,23 @@ pub use decode::{decode, DecodeError};
 pub enum Event {
     Call(Call),
     Process(ProcessChange),
+    FileClosed(FileClosed),
+}
+
+/// A regular file opened while watched was closed, with what was read
+/// through it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileClosed {
+    pub raw: FileCloseEvent,
+}
+
+impl FileClosed {
+    pub fn tgid(&self) -> u32 {
+        self.raw.header.tgid
+    }
+    pub fn fd(&self) -> u32 {
+        self.raw.fd
+    }
 }
 
 /// A traced call that was sent to user space.
@@ -47,9 +64,7 @@ impl Call {
     }
     /// The positive errno if the call failed.
     pub fn errno(&self) -> Option<u16> {
-        (-4095..0)
-            .contains(&self.raw.ret)
-            .then(|| (-self.raw.ret) as u16)
+        (-4095..0).contains(&self.raw.ret).then(|| (-self.raw.ret) as u16)
     }
     pub fn process_name(&self) -> String {
         comm_str(&self.raw.process_comm)
@@ -57,10 +72,12 @@ impl Call {
     pub fn thread_name(&self) -> String {
         comm_str(&self.raw.thread_comm)
     }
+    /// Futex waits: the waking thread's name, when the kernel saw the wake.
+    pub fn waker_name(&self) -> Option<String> {
+        (self.raw.waker_tid != 0).then(|| comm_str(&self.raw.waker_comm))
+    }
     pub fn path_lossy(&self) -> Option<String> {
-        self.path
-            .as_ref()
-            .map(|p| String::from_utf8_lossy(p).into_owned())
+        self.path.as_ref().map(|p| String::from_utf8_lossy(p).into_owned())
     }
     pub fn has_reason(&self, bit: u16) -> bool {
         self.raw.reasons & bit != 0
@@ -97,6 +114,7 @@ pub const KIND_LABELS: &[(u32, &str)] = &[
     (EVENT_PROCESS_EXEC, "process_exec"),
     (EVENT_PROCESS_FORK, "process_fork"),
     (EVENT_PROCESS_EXIT, "process_exit"),
+    (EVENT_FILE_CLOSE, "file_close"),
 ];
 
 impl Event {
@@ -110,6 +128,7 @@ impl Event {
                 ProcessKind::Fork => EVENT_PROCESS_FORK,
                 ProcessKind::Exit => EVENT_PROCESS_EXIT,
             },
+            Event::FileClosed(_) => EVENT_FILE_CLOSE,
         }
     }
 }

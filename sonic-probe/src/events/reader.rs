@@ -19,7 +19,7 @@ use super::{decode, Event, KIND_LABELS};
 /// What the reader saw, for metrics.
 #[derive(Debug, Default)]
 pub struct ReaderStats {
-    received: [AtomicU64; 8],
+    received: [AtomicU64; 16],
     pub decode_errors: AtomicU64,
     pub queue_drops: AtomicU64,
 }
@@ -40,10 +40,7 @@ impl ReaderStats {
     }
 
     pub fn received_total(&self) -> u64 {
-        self.received
-            .iter()
-            .map(|c| c.load(Ordering::Relaxed))
-            .sum()
+        self.received.iter().map(|c| c.load(Ordering::Relaxed)).sum()
     }
 }
 

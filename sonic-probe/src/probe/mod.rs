@@ -6,21 +6,24 @@
 //! detaches every program and frees every map: nothing is pinned, so nothing
 //! outlives the process, even after SIGKILL.
 
+mod files;
 mod targets;
 
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use aya::{
-    maps::{Array, MapData, MapError, PerCpuArray, PerCpuHashMap, PerCpuValues, RingBuf},
+    maps::{Array, HashMap, MapData, MapError, PerCpuArray, PerCpuHashMap, PerCpuValues, RingBuf},
     programs::{BtfTracePoint, ProgramError},
     Btf, Ebpf, EbpfLoader,
 };
 use sonic_probe_common::{
-    syscalls::NR_SYSCALLS, ErrorKey, ProbeConfig, SharedStruct, StatsKey, SyscallStats,
+    ext_key, syscalls::NR_SYSCALLS, ErrorKey, ExtKey, FileKey, OpenFile, ProbeConfig, SharedStruct, StatsKey,
+    SyscallStats,
 };
 use sonic_probe_ebpf::{maps, ProgramGroup, PROGRAMS};
 
+pub use files::OpenFiles;
 pub use targets::TargetMaps;
 
 #[derive(Debug, thiserror::Error)]
@@ -86,26 +89,13 @@ impl Probe {
             .load(sonic_probe_ebpf::OBJECT)
             .map_err(ProbeError::Load)?;
         for spec in PROGRAMS {
-            let err = |source| ProbeError::Program {
-                name: spec.name,
-                tracepoint: spec.tracepoint,
-                source,
-            };
-            let prog: &mut BtfTracePoint = ebpf
-                .program_mut(spec.name)
-                .ok_or(ProbeError::Missing(spec.name))?
-                .try_into()
-                .map_err(err)?;
+            let err = |source| ProbeError::Program { name: spec.name, tracepoint: spec.tracepoint, source };
+            let prog: &mut BtfTracePoint =
+                ebpf.program_mut(spec.name).ok_or(ProbeError::Missing(spec.name))?.try_into().map_err(err)?;
             prog.load(spec.tracepoint, &btf).map_err(err)?;
         }
-        let config =
-            Array::try_from(take(&mut ebpf, maps::CONFIG)?).map_err(map_err(maps::CONFIG))?;
-        Ok(Probe {
-            ebpf,
-            config,
-            attached: Vec::new(),
-            stats_fd: None,
-        })
+        let config = Array::try_from(take(&mut ebpf, maps::CONFIG)?).map_err(map_err(maps::CONFIG))?;
+        Ok(Probe { ebpf, config, attached: Vec::new(), stats_fd: None })
     }
 
     /// Writes the runtime settings (effective at once, also while attached).
@@ -125,11 +115,7 @@ impl Probe {
     /// Attaches the programs of `group`, in [`PROGRAMS`] order.
     pub fn attach(&mut self, group: ProgramGroup) -> Result<(), ProbeError> {
         for spec in PROGRAMS.iter().filter(|s| s.group == group) {
-            let err = |source| ProbeError::Program {
-                name: spec.name,
-                tracepoint: spec.tracepoint,
-                source,
-            };
+            let err = |source| ProbeError::Program { name: spec.name, tracepoint: spec.tracepoint, source };
             let prog: &mut BtfTracePoint = self
                 .ebpf
                 .program_mut(spec.name)
@@ -160,40 +146,41 @@ impl Probe {
         let mut errors: PerCpuHashMap<MapData, ErrorKey, u64> =
             PerCpuHashMap::try_from(take(&mut self.ebpf, maps::SYSCALL_ERRORS)?)
                 .map_err(map_err(maps::SYSCALL_ERRORS))?;
-        let counters = PerCpuArray::try_from(take(&mut self.ebpf, maps::COUNTERS)?)
-            .map_err(map_err(maps::COUNTERS))?;
+        let counters =
+            PerCpuArray::try_from(take(&mut self.ebpf, maps::COUNTERS)?).map_err(map_err(maps::COUNTERS))?;
         let cpus = aya::util::nr_cpus().map_err(|(f, e)| ProbeError::Cpus(format!("{f}: {e}")))?;
         // The entries calls fall back to when a map is full (tgid 0, comm
         // empty): totals stay exact, exported as comm="other".
         for syscall in 0..NR_SYSCALLS as u16 {
-            let key = StatsKey {
-                tgid: 0,
-                syscall,
-                variant: 0,
-                comm: [0; 16],
-            };
+            let key = StatsKey { tgid: 0, syscall, variant: 0, comm: [0; 16] };
             let zero = PerCpuValues::try_from(vec![SyscallStats::zeroed(); cpus])
                 .map_err(|e| ProbeError::Cpus(e.to_string()))?;
-            stats
-                .insert(key, zero, 0)
-                .map_err(map_err(maps::SYSCALL_STATS))?;
-            let key = ErrorKey {
-                tgid: 0,
-                syscall,
-                errno: 0,
-                comm: [0; 16],
-            };
-            let zero = PerCpuValues::try_from(vec![0u64; cpus])
-                .map_err(|e| ProbeError::Cpus(e.to_string()))?;
-            errors
-                .insert(key, zero, 0)
-                .map_err(map_err(maps::SYSCALL_ERRORS))?;
+            stats.insert(key, zero, 0).map_err(map_err(maps::SYSCALL_STATS))?;
+            let key = ErrorKey { tgid: 0, syscall, errno: 0, comm: [0; 16] };
+            let zero =
+                PerCpuValues::try_from(vec![0u64; cpus]).map_err(|e| ProbeError::Cpus(e.to_string()))?;
+            errors.insert(key, zero, 0).map_err(map_err(maps::SYSCALL_ERRORS))?;
         }
-        Ok(Aggregates {
-            stats,
-            errors,
-            counters,
-        })
+        Ok(Aggregates { stats, errors, counters })
+    }
+
+    /// Fills the extension -> file class table the programs classify files by.
+    pub fn set_file_classes(&mut self, classes: &[(&str, u16)]) -> Result<(), ProbeError> {
+        let mut map: HashMap<&mut MapData, ExtKey, u32> = HashMap::try_from(
+            self.ebpf.map_mut(maps::FILE_CLASSES).ok_or(ProbeError::Missing(maps::FILE_CLASSES))?,
+        )
+        .map_err(map_err(maps::FILE_CLASSES))?;
+        for (ext, class) in classes {
+            map.insert(ext_key(ext), u32::from(*class), 0).map_err(map_err(maps::FILE_CLASSES))?;
+        }
+        Ok(())
+    }
+
+    /// The descriptor table of watched processes (call once).
+    pub fn take_open_files(&mut self) -> Result<OpenFiles, ProbeError> {
+        let map: HashMap<MapData, FileKey, OpenFile> =
+            HashMap::try_from(take(&mut self.ebpf, maps::OPEN_FILES)?).map_err(map_err(maps::OPEN_FILES))?;
+        Ok(OpenFiles::new(map))
     }
 
     /// Turns on the kernel's BPF run-time statistics until the probe is dropped.
@@ -206,8 +193,7 @@ impl Probe {
     /// Whether run-time statistics are being collected (by us or by sysctl).
     pub fn run_time_stats_enabled(&self) -> bool {
         self.stats_fd.is_some()
-            || std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
-                .is_ok_and(|s| s.trim() == "1")
+            || std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").is_ok_and(|s| s.trim() == "1")
     }
 
     /// Run time and count of every attached program, from the kernel.
@@ -216,11 +202,7 @@ impl Probe {
             .iter()
             .filter_map(|&name| {
                 let info = self.ebpf.program(name)?.info().ok()?;
-                Some(ProgramStats {
-                    name,
-                    run_time: info.run_time(),
-                    run_count: info.run_count(),
-                })
+                Some(ProgramStats { name, run_time: info.run_time(), run_count: info.run_count() })
             })
             .collect()
     }

@@ -30,9 +30,7 @@ impl TargetMaps {
     /// Adds `flags` to a process's TARGET_* flags.
     pub fn add_process(&mut self, tgid: u32, flags: u32) -> Result<(), ProbeError> {
         let old = self.processes.get(&tgid, 0).unwrap_or(0);
-        self.processes
-            .insert(tgid, old | flags, 0)
-            .map_err(map_err(maps::TARGET_PROCESSES))
+        self.processes.insert(tgid, old | flags, 0).map_err(map_err(maps::TARGET_PROCESSES))
     }
 
     /// Writes the --pid, --comm and --cgroup targets (not yet the processes
@@ -42,17 +40,11 @@ impl TargetMaps {
             self.add_process(p.tgid, TARGET_PID | TARGET_FOLLOW_FORKS)?;
         }
         for c in &targets.comms {
-            let key = CommKey {
-                comm: comm_bytes(c),
-            };
-            self.comms
-                .insert(key, 1, 0)
-                .map_err(map_err(maps::TARGET_COMMS))?;
+            let key = CommKey { comm: comm_bytes(c) };
+            self.comms.insert(key, 1, 0).map_err(map_err(maps::TARGET_COMMS))?;
         }
         for c in &targets.cgroups {
-            self.cgroups
-                .insert(c.id, 1, 0)
-                .map_err(map_err(maps::TARGET_CGROUPS))?;
+            self.cgroups.insert(c.id, 1, 0).map_err(map_err(maps::TARGET_CGROUPS))?;
         }
         Ok(())
     }

@@ -42,11 +42,8 @@ fn main() {
         args.drain(..2);
     }
     let mode = args.first().cloned().unwrap_or_else(|| die("no mode"));
-    let num = |i: usize| -> u64 {
-        args.get(i)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| die("bad number"))
-    };
+    let num =
+        |i: usize| -> u64 { args.get(i).and_then(|s| s.parse().ok()).unwrap_or_else(|| die("bad number")) };
     // Everything that allocates or opens happens before the go signal.
     let zero = CString::new("/dev/zero").unwrap();
     let null = CString::new("/dev/null").unwrap();
@@ -109,17 +106,9 @@ fn main() {
             }
             let word: u32 = 0;
             for _ in 0..exact::FUTEX_WAKES {
-                futex(
-                    &word,
-                    libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                    1,
-                    std::ptr::null(),
-                );
+                futex(&word, libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1, std::ptr::null());
             }
-            let ts = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 1_000_000,
-            };
+            let ts = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
             futex(&word, libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, 0, &ts); // ETIMEDOUT
             futex(&word, libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, 1, &ts); // EAGAIN
         },
@@ -128,36 +117,19 @@ fn main() {
             let mut tid: libc::pthread_t = 0;
             extern "C" fn waker(arg: *mut libc::c_void) -> *mut libc::c_void {
                 let ms = arg as usize as u64;
-                let ts = libc::timespec {
-                    tv_sec: (ms / 1000) as i64,
-                    tv_nsec: ((ms % 1000) * 1_000_000) as i64,
-                };
+                let ts =
+                    libc::timespec { tv_sec: (ms / 1000) as i64, tv_nsec: ((ms % 1000) * 1_000_000) as i64 };
                 // SAFETY: sleeping, then waking the main thread's futex.
                 unsafe {
                     libc::nanosleep(&ts, std::ptr::null_mut());
                     WORD.store(1, std::sync::atomic::Ordering::SeqCst);
-                    futex(
-                        WORD.as_ptr(),
-                        libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                        1,
-                        std::ptr::null(),
-                    );
+                    futex(WORD.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1, std::ptr::null());
                 }
                 std::ptr::null_mut()
             }
-            libc::pthread_create(
-                &mut tid,
-                std::ptr::null(),
-                waker,
-                wait_ms as usize as *mut libc::c_void,
-            );
+            libc::pthread_create(&mut tid, std::ptr::null(), waker, wait_ms as usize as *mut libc::c_void);
             while WORD.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-                futex(
-                    WORD.as_ptr(),
-                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-                    0,
-                    std::ptr::null(),
-                );
+                futex(WORD.as_ptr(), libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, 0, std::ptr::null());
             }
         },
         "spawn" => unsafe {
@@ -175,9 +147,7 @@ fn main() {
                 }
                 children.push(pid);
             }
-            let handles: Vec<_> = (0..threads)
-                .map(|_| std::thread::spawn(move || read_all(reads)))
-                .collect();
+            let handles: Vec<_> = (0..threads).map(|_| std::thread::spawn(move || read_all(reads))).collect();
             for h in handles {
                 let _ = h.join();
             }

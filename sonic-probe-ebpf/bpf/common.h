@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: (MIT OR GPL-2.0) */
+/* Small helpers every program uses. */
+#pragma once
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *c = bpf_map_lookup_elem(&counters, &idx);
+
+	if (c)
+		*c += 1;
+}
+
+static __always_inline struct probe_config *get_config(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&config, &zero);
+}
+
+static __always_inline void read_comm(char dst[SP_COMM_LEN], const struct task_struct *task)
+{
+	bpf_probe_read_kernel(dst, SP_COMM_LEN, task->comm);
+}
+
+static __always_inline void fill_header(struct event_header *h, __u32 kind, __u64 pid_tgid,
+					__u64 time_ns)
+{
+	h->kind = kind;
+	h->tgid = pid_tgid >> 32;
+	h->tid = (__u32)pid_tgid;
+	h->cpu = bpf_get_smp_processor_id();
+	h->time_ns = time_ns;
+}

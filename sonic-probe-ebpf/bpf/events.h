@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: (MIT OR GPL-2.0) */
+/*
+ * Sending events to the daemon. Every attempt is counted (EVENTS_SENT) and
+ * every reservation that fails too (DROP_RINGBUF): nothing is lost silently.
+ */
+#pragma once
+
+/* What sys_exit knows about a call beyond its thread state. */
+struct call_info {
+	__u64 pid_tgid;
+	__u64 duration_ns;
+	long ret;
+	const struct futex_wake *waker;
+	__u16 reasons;
+	__u16 file_class;
+	__u16 file_mode;
+};
+
+static __always_inline void fill_call(struct syscall_event *ev, const struct thread_state *st,
+				      const struct stats_key *key, const struct call_info *c)
+{
+	fill_header(&ev->header, SP_EVENT_SYSCALL, c->pid_tgid, st->start_ns);
+	ev->syscall = st->syscall;
+	ev->reasons = c->reasons;
+	ev->path_len = 0;
+	ev->file_class = c->file_class;
+	if (c->waker) {
+		ev->waker_tid = c->waker->tid;
+		__builtin_memcpy(ev->waker_comm, c->waker->comm, SP_COMM_LEN);
+	} else {
+		ev->waker_tid = 0;
+		__builtin_memset(ev->waker_comm, 0, SP_COMM_LEN);
+	}
+	ev->file_mode = c->file_mode;
+	ev->_pad = 0;
+	ev->duration_ns = c->duration_ns;
+	ev->ret = c->ret;
+	for (int i = 0; i < 6; i++)
+		ev->args[i] = st->args[i];
+	bpf_get_current_comm(ev->thread_comm, SP_COMM_LEN);
+	__builtin_memcpy(ev->process_comm, key->comm, SP_COMM_LEN);
+}
+
+static __always_inline void emit_call(const struct thread_state *st, const struct stats_key *key,
+				      const struct call_info *c)
+{
+	count(SP_COUNTER_EVENTS_SENT);
+	if (c->reasons & SP_EMIT_PATH) {
+		struct syscall_path_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+		if (!ev) {
+			count(SP_COUNTER_DROP_RINGBUF);
+			return;
+		}
+		fill_call(&ev->call, st, key, c);
+		ev->call.header.kind = SP_EVENT_SYSCALL_PATH;
+		ev->call.reasons |= st->path_flags;
+		ev->call.path_len = st->path_len;
+		__builtin_memcpy(ev->path, st->path, SP_PATH_CAP);
+		bpf_ringbuf_submit(ev, 0);
+	} else {
+		struct syscall_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+		if (!ev) {
+			count(SP_COUNTER_DROP_RINGBUF);
+			return;
+		}
+		fill_call(ev, st, key, c);
+		bpf_ringbuf_submit(ev, 0);
+	}
+}
+
+static __always_inline void emit_process(__u32 kind, __u64 pid_tgid, __u32 parent_tgid,
+					 int exit_code, const struct task_struct *named)
+{
+	count(SP_COUNTER_EVENTS_SENT);
+	struct process_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	if (!ev) {
+		count(SP_COUNTER_DROP_RINGBUF);
+		return;
+	}
+	fill_header(&ev->header, kind, pid_tgid, bpf_ktime_get_ns());
+	ev->parent_tgid = parent_tgid;
+	ev->exit_code = exit_code;
+	read_comm((char *)ev->comm, named);
+	bpf_ringbuf_submit(ev, 0);
+}
+
+static __always_inline void emit_file_close(__u64 pid_tgid, __u32 fd, const struct open_file *of)
+{
+	count(SP_COUNTER_EVENTS_SENT);
+	struct file_close_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	if (!ev) {
+		count(SP_COUNTER_DROP_RINGBUF);
+		return;
+	}
+	fill_header(&ev->header, SP_EVENT_FILE_CLOSE, pid_tgid, bpf_ktime_get_ns());
+	ev->fd = fd;
+	ev->_pad = 0;
+	ev->file = *of;
+	bpf_ringbuf_submit(ev, 0);
+}

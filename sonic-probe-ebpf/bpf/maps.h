@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: (MIT OR GPL-2.0) */
+/*
+ * Every map of sonic-probe's programs. Their names are part of the contract
+ * with the daemon (sonic-probe-ebpf/src/lib.rs, module maps); their key and
+ * value layouts come from the generated sonic_probe_layout.h.
+ */
+#pragma once
+
+/* Runtime settings, written by the daemon (one entry). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct probe_config);
+} config SEC(".maps");
+
+/* tgid -> TARGET_* flags */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_MAX_TARGET_PROCESSES);
+	__type(key, __u32);
+	__type(value, __u32);
+} target_processes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_MAX_TARGET_COMMS);
+	__type(key, struct comm_key);
+	__type(value, __u32);
+} target_comms SEC(".maps");
+
+/* cgroup v2 id -> 1 */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_MAX_TARGET_CGROUPS);
+	__type(key, __u64);
+	__type(value, __u32);
+} target_cgroups SEC(".maps");
+
+/* Per-thread state between entry and exit; freed with the thread. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct thread_state);
+} thread_states SEC(".maps");
+
+/* Exact per-process call statistics, per CPU; folded by the daemon. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, SP_MAX_STATS_ENTRIES);
+	__type(key, struct stats_key);
+	__type(value, struct syscall_stats);
+} syscall_stats SEC(".maps");
+
+/* One all-zero value: new syscall_stats entries are copied from it (too
+ * big for the 512-byte BPF stack). Never written. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct syscall_stats);
+} zero_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, SP_MAX_ERROR_ENTRIES);
+	__type(key, struct error_key);
+	__type(value, __u64);
+} syscall_errors SEC(".maps");
+
+/* Descriptors of watched processes and what was read through them. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_MAX_OPEN_FILES);
+	__type(key, struct file_key);
+	__type(value, struct open_file);
+} open_files SEC(".maps");
+
+/* File-name extension -> FILE_CLASS_*, written by the daemon. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_MAX_FILE_CLASS_EXTS);
+	__type(key, struct ext_key);
+	__type(value, __u32);
+} file_classes SEC(".maps");
+
+/* Last waker of each futex word: who ended a long wait. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, SP_MAX_FUTEX_WAKES);
+	__type(key, struct futex_wake_key);
+	__type(value, struct futex_wake);
+} futex_wakes SEC(".maps");
+
+/* COUNTER_* -> count, per CPU: drops, overflows, events sent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SP_NR_COUNTERS);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, SP_DEFAULT_RINGBUF_BYTES);
+} events SEC(".maps");

@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: (MIT OR GPL-2.0) */
+/*
+ * Is the calling process a target? The daemon seeds target_processes from
+ * --pid and --comm; the lifecycle programs keep it current; --cgroup
+ * targets are matched against the caller's cgroup ancestors.
+ */
+#pragma once
+
+static __always_inline bool in_target_cgroup(__u32 levels)
+{
+	for (int level = 0; level <= SP_MAX_CGROUP_LEVEL; level++) {
+		if (!(levels & (1u << level)))
+			continue;
+		__u64 id = bpf_get_current_ancestor_cgroup_id(level);
+		if (id && bpf_map_lookup_elem(&target_cgroups, &id))
+			return true;
+	}
+	return false;
+}
+
+/* Cheapest checks first. */
+static __always_inline bool is_target(const struct probe_config *cfg, __u32 tgid)
+{
+	if (tgid == cfg->self_tgid)
+		return false;
+	if (!(cfg->filter_flags & SP_FILTER_TARGETS))
+		return true;
+	if (bpf_map_lookup_elem(&target_processes, &tgid))
+		return true;
+	if (cfg->filter_flags & SP_FILTER_CGROUPS)
+		return in_target_cgroup(cfg->cgroup_levels);
+	return false;
+}

@@ -1,0 +1,241 @@
+//! futex_stall: a request thread blocked on a lock for seconds.
+//!
+//! The rule. A futex call is a stall when all of these hold:
+//! 1. it is a wait: FUTEX_WAIT, FUTEX_WAIT_BITSET, FUTEX_LOCK_PI,
+//!    FUTEX_LOCK_PI2, FUTEX_WAIT_REQUEUE_PI, or futex_waitv (wakes are not
+//!    waits);
+//! 2. it lasted at least the stall threshold (default 1 s);
+//! 3. it ended because it was woken or got the lock (it returned 0, or a
+//!    futex_waitv index): waits that time out (ETIMEDOUT, e.g. the Python
+//!    GIL's 5 ms timed waits) or are interrupted are not stalls;
+//! 4. the thread is a request thread: the process's main thread (in a
+//!    Python worker the request usually runs there), or a thread whose name
+//!    matches a --stall-thread pattern, and no --stall-ignore-thread pattern.
+//!    Idle pool workers (data-loader and intra-op threads waiting for work)
+//!    are other threads, so their long waits are not stalls.
+//!
+//! The thread that woke it, when the kernel saw the wake, is reported too.
+
+use std::collections::HashMap;
+
+use glob::Pattern;
+use sonic_probe_common::syscalls;
+
+use super::{prune, Detail, Detector, DetectorMetrics, Input, LiveFile, Record, Settings};
+use crate::{events::Event, futex};
+
+pub struct FutexStall {
+    threshold_ns: u64,
+    request_threads: Vec<Pattern>,
+    ignore_threads: Vec<Pattern>,
+    window_ns: u64,
+    max: usize,
+    /// (incarnation, tid) -> the thread's stalls.
+    records: HashMap<(u64, u32), Record>,
+}
+
+impl FutexStall {
+    pub fn new(s: &Settings) -> Self {
+        FutexStall {
+            threshold_ns: s.stall_threshold.as_nanos() as u64,
+            request_threads: s.stall_threads.clone(),
+            ignore_threads: s.stall_ignore_threads.clone(),
+            window_ns: s.window.as_nanos() as u64,
+            max: s.max_findings,
+            records: HashMap::new(),
+        }
+    }
+
+    fn is_request_thread(&self, tgid: u32, tid: u32, name: &str) -> bool {
+        if self.ignore_threads.iter().any(|p| p.matches(name)) {
+            return false;
+        }
+        tid == tgid || self.request_threads.iter().any(|p| p.matches(name))
+    }
+}
+
+impl Detector for FutexStall {
+    fn observe(&mut self, input: &Input<'_>, metrics: &mut DetectorMetrics) {
+        let Event::Call(c) = input.event else { return };
+        let (op, woken) = match c.raw.syscall {
+            syscalls::FUTEX if futex::is_wait(c.raw.args[1]) => {
+                (futex::op_name(c.raw.args[1]), c.raw.ret == 0)
+            }
+            syscalls::FUTEX_WAITV => ("futex_waitv".to_string(), c.raw.ret >= 0),
+            _ => return,
+        };
+        if !woken || c.raw.duration_ns < self.threshold_ns {
+            return;
+        }
+        let thread = c.thread_name();
+        if !self.is_request_thread(c.tgid(), c.tid(), &thread) {
+            return;
+        }
+        let end = c.raw.header.time_ns + c.raw.duration_ns;
+        let wait = c.raw.duration_ns as f64 / 1e9;
+        let waker_tid = (c.raw.waker_tid != 0).then_some(c.raw.waker_tid);
+        let waker_thread = c.waker_name();
+        let comm = c.process_name();
+        metrics.add_stall(&comm, &thread);
+        let rec = self.records.entry((input.incarnation, c.tid())).or_insert_with(|| Record {
+            detail: Detail::FutexStall {
+                tid: c.tid(),
+                thread: thread.clone(),
+                wait_seconds: 0.0,
+                op: String::new(),
+                uaddr: String::new(),
+                waker_tid: None,
+                waker_thread: None,
+                count: 0,
+            },
+            pid: c.tgid(),
+            comm: comm.clone(),
+            first_ns: end,
+            last_ns: end,
+        });
+        rec.last_ns = end;
+        rec.comm = comm;
+        if let Detail::FutexStall {
+            wait_seconds,
+            op: o,
+            uaddr,
+            waker_tid: w,
+            waker_thread: wt,
+            count,
+            thread: t,
+            ..
+        } = &mut rec.detail
+        {
+            *count += 1;
+            *t = thread;
+            // The details are those of the longest stall.
+            if wait >= *wait_seconds {
+                *wait_seconds = wait;
+                *o = op;
+                *uaddr = format!("{:#x}", c.raw.args[0]);
+                *w = waker_tid;
+                *wt = waker_thread;
+            }
+        }
+    }
+
+    fn findings(&mut self, now_ns: u64, _live: &[LiveFile<'_>], out: &mut Vec<Record>) {
+        prune(&mut self.records, |r| r.last_ns, now_ns.saturating_sub(self.window_ns), self.max);
+        out.extend(self.records.values().cloned());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::findings::{testing::*, Engine};
+    use std::time::Duration;
+
+    const WAIT_PRIVATE: u64 = 128;
+    const WAIT_BITSET_RT: u64 = 9 | 128 | 256;
+    const ETIMEDOUT: i64 = -110;
+
+    fn engine(f: impl FnOnce(&mut Settings)) -> Engine {
+        let mut s = Settings { stall_threshold: Duration::from_secs(1), ..Settings::default() };
+        f(&mut s);
+        Engine::new(&s)
+    }
+
+    fn wait(tgid: u32, tid: u32, t: u64, dur: u64, ret: i64, op: u64, waker: u32) -> Event {
+        let mut c = call(syscalls::FUTEX, tgid, tid, t, dur, ret, [0x7f00_1234, op, 1, 0, 0, 0]);
+        c.raw.waker_tid = waker;
+        c.raw.waker_comm = sonic_probe_common::comm_bytes("loader");
+        Event::Call(c)
+    }
+
+    fn stalls(e: &mut Engine, now: u64) -> Vec<Detail> {
+        e.findings(now, &[])
+            .into_iter()
+            .filter(|f| f.detail.kind() == "futex_stall")
+            .map(|f| f.detail)
+            .collect()
+    }
+
+    #[test]
+    fn main_thread_woken_after_seconds_is_a_stall() {
+        let mut e = engine(|_| {});
+        e.observe(&wait(100, 100, SEC, 3 * SEC + SEC / 5, 0, WAIT_PRIVATE, 105));
+        let s = stalls(&mut e, 10 * SEC);
+        assert_eq!(s.len(), 1);
+        let Detail::FutexStall { tid, wait_seconds, op, uaddr, waker_tid, count, .. } = &s[0] else {
+            panic!()
+        };
+        assert_eq!((*tid, *count, *waker_tid), (100, 1, Some(105)));
+        assert_eq!(op, "FUTEX_WAIT_PRIVATE");
+        assert_eq!(uaddr, "0x7f001234");
+        assert!((wait_seconds - 3.2).abs() < 1e-9);
+        assert_eq!(e.metrics.futex_stalls[&("app".into(), "app".into())], 1);
+    }
+
+    #[test]
+    fn idle_pool_workers_timeouts_and_short_waits_are_not() {
+        let mut e = engine(|_| {});
+        // An idle worker thread woken after 5 s: not a request thread.
+        e.observe(&wait(100, 101, SEC, 5 * SEC, 0, WAIT_BITSET_RT, 100));
+        // GIL-like timed waits of the main thread that time out.
+        for i in 0..100 {
+            e.observe(&wait(100, 100, 2 * SEC + i * 5_000_000, 5_000_000, ETIMEDOUT, WAIT_BITSET_RT, 0));
+        }
+        // A long timed wait that timed out is not a stall either.
+        e.observe(&wait(100, 100, 3 * SEC, 2 * SEC, ETIMEDOUT, WAIT_BITSET_RT, 0));
+        // A wake is not a wait, however long.
+        e.observe(&wait(100, 100, 4 * SEC, 2 * SEC, 1, 1 | 128, 0));
+        // Just under the threshold.
+        e.observe(&wait(100, 100, 5 * SEC, SEC - 1, 0, WAIT_PRIVATE, 101));
+        assert!(stalls(&mut e, 10 * SEC).is_empty());
+    }
+
+    #[test]
+    fn thread_patterns_select_and_ignore() {
+        let mut e = engine(|s| {
+            s.stall_threads = vec![Pattern::new("worker").unwrap()];
+        });
+        e.observe(&wait(100, 101, SEC, 2 * SEC, 0, WAIT_PRIVATE, 0));
+        assert_eq!(stalls(&mut e, 5 * SEC).len(), 1, "named request thread");
+        let mut e = engine(|s| {
+            s.stall_ignore_threads = vec![Pattern::new("ap*").unwrap()];
+        });
+        e.observe(&wait(100, 100, SEC, 2 * SEC, 0, WAIT_PRIVATE, 0));
+        assert!(stalls(&mut e, 5 * SEC).is_empty(), "ignored main thread");
+    }
+
+    #[test]
+    fn every_wait_op_counts_and_the_longest_is_reported() {
+        let mut e = engine(|_| {});
+        for (i, op) in [0u64, 6, 9, 11, 13].iter().enumerate() {
+            e.observe(&wait(100, 100, SEC * (i as u64 * 10), SEC + i as u64, 0, *op, 0));
+        }
+        let mut waitv = call(syscalls::FUTEX_WAITV, 100, 100, 60 * SEC, 4 * SEC, 0, [0; 6]);
+        waitv.raw.waker_tid = 0;
+        e.observe(&Event::Call(waitv));
+        let s = stalls(&mut e, 70 * SEC);
+        let Detail::FutexStall { count, op, wait_seconds, .. } = &s[0] else { panic!() };
+        assert_eq!(*count, 6);
+        assert_eq!(op, "futex_waitv");
+        assert_eq!(*wait_seconds, 4.0);
+    }
+
+    #[test]
+    fn stalls_age_out_after_the_window() {
+        let mut e = engine(|s| s.window = Duration::from_secs(60));
+        e.observe(&wait(100, 100, SEC, 2 * SEC, 0, WAIT_PRIVATE, 0));
+        assert_eq!(stalls(&mut e, 62 * SEC).len(), 1, "last seen at 3 s, inside the window");
+        assert!(stalls(&mut e, 64 * SEC).is_empty(), "gone after 60 s without a stall");
+    }
+
+    #[test]
+    fn a_reused_pid_gets_its_own_finding() {
+        let mut e = engine(|_| {});
+        e.observe(&wait(100, 100, SEC, 2 * SEC, 0, WAIT_PRIVATE, 0));
+        e.observe(&exit(100, 4 * SEC));
+        e.observe(&wait(100, 100, 5 * SEC, 2 * SEC, 0, WAIT_PRIVATE, 0));
+        let s = stalls(&mut e, 10 * SEC);
+        assert_eq!(s.len(), 2);
+        assert!(s.iter().all(|d| matches!(d, Detail::FutexStall { count: 1, .. })));
+    }
+}

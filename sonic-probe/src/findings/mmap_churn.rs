@@ -1,0 +1,236 @@
+//! mmap_churn: large regions mapped and unmapped again and again (scenario
+//! 4: the model's memory freed after each inference and mapped again for
+//! the next).
+//!
+//! Rule: an mmap of at least `churn_bytes` (default 16 MiB) that is unmapped
+//! whole (munmap at its start address, of its length) within
+//! `churn_window` (default 60 s) is one cycle. Cycles are grouped per
+//! process by size and file (or anonymous); a group with at least
+//! `churn_cycles` (default 2) cycles is reported. Not churn: glibc's arena
+//! reservations when threads start (PROT_NONE mappings, trimmed by partial
+//! munmaps), partial unmaps, and the unmapping at process exit (the kernel
+//! tears the address space down without munmap calls).
+
+use std::{collections::HashMap, sync::Arc};
+
+use sonic_probe_common::syscalls;
+
+use super::{prune, Detail, Detector, DetectorMetrics, Input, LiveFile, Record, Settings};
+use crate::events::Event;
+
+/// Large mappings remembered at once (over all processes).
+const MAX_REGIONS: usize = 16384;
+const PAGE: u64 = 4096;
+
+struct Region {
+    len: u64,
+    mapped_ns: u64,
+    path: Option<Arc<str>>,
+}
+
+struct Group {
+    pid: u32,
+    comm: String,
+    cycles: u64,
+    first_ns: u64,
+    last_ns: u64,
+}
+
+type GroupKey = (u64, u64, Option<Arc<str>>);
+
+pub struct MmapChurn {
+    min_bytes: u64,
+    cycle_ns: u64,
+    min_cycles: u64,
+    window_ns: u64,
+    max: usize,
+    /// (incarnation, address) -> a large mapping not yet unmapped.
+    regions: HashMap<(u64, u64), Region>,
+    /// (incarnation, size, path) -> cycles.
+    groups: HashMap<GroupKey, Group>,
+}
+
+impl MmapChurn {
+    pub fn new(s: &Settings) -> Self {
+        MmapChurn {
+            min_bytes: s.churn_bytes.max(1),
+            cycle_ns: s.churn_window.as_nanos() as u64,
+            min_cycles: s.churn_cycles.max(1),
+            window_ns: s.window.as_nanos() as u64,
+            max: s.max_findings,
+            regions: HashMap::new(),
+            groups: HashMap::new(),
+        }
+    }
+}
+
+fn pages(len: u64) -> u64 {
+    len.div_ceil(PAGE)
+}
+
+impl Detector for MmapChurn {
+    fn observe(&mut self, input: &Input<'_>, metrics: &mut DetectorMetrics) {
+        let Event::Call(c) = input.event else { return };
+        let [addr, len, prot, flags, fd, _] = c.raw.args;
+        let t = c.raw.header.time_ns;
+        match c.raw.syscall {
+            syscalls::MMAP if c.errno().is_none() && len >= self.min_bytes => {
+                // PROT_NONE: an address-space reservation (glibc arenas), not memory.
+                if prot == libc::PROT_NONE as u64 {
+                    return;
+                }
+                let path = if flags & libc::MAP_ANONYMOUS as u64 == 0 {
+                    input.files.get(c.tgid(), fd as u32).map(|f| f.path.clone())
+                } else {
+                    None
+                };
+                if self.regions.len() >= MAX_REGIONS {
+                    let oldest = t.saturating_sub(self.cycle_ns);
+                    self.regions.retain(|_, r| r.mapped_ns >= oldest);
+                }
+                if self.regions.len() < MAX_REGIONS {
+                    self.regions
+                        .insert((input.incarnation, c.raw.ret as u64), Region { len, mapped_ns: t, path });
+                }
+            }
+            syscalls::MUNMAP if c.raw.ret == 0 && len >= self.min_bytes => {
+                let Some(r) = self.regions.remove(&(input.incarnation, addr)) else { return };
+                if pages(r.len) != pages(len) || t.saturating_sub(r.mapped_ns) > self.cycle_ns {
+                    return;
+                }
+                let comm = c.process_name();
+                let g = self.groups.entry((input.incarnation, r.len, r.path)).or_insert_with(|| Group {
+                    pid: c.tgid(),
+                    comm: comm.clone(),
+                    cycles: 0,
+                    first_ns: r.mapped_ns,
+                    last_ns: t,
+                });
+                g.cycles += 1;
+                g.last_ns = t;
+                if g.cycles == self.min_cycles {
+                    metrics.add_churn(&comm, g.cycles);
+                } else if g.cycles > self.min_cycles {
+                    metrics.add_churn(&comm, 1);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn findings(&mut self, now_ns: u64, _live: &[LiveFile<'_>], out: &mut Vec<Record>) {
+        let oldest = now_ns.saturating_sub(self.cycle_ns);
+        self.regions.retain(|_, r| r.mapped_ns >= oldest);
+        prune(&mut self.groups, |g| g.last_ns, now_ns.saturating_sub(self.window_ns), self.max);
+        for ((_, size, path), g) in &self.groups {
+            if g.cycles < self.min_cycles {
+                continue;
+            }
+            out.push(Record {
+                detail: Detail::MmapChurn {
+                    size_bytes: *size,
+                    count: g.cycles,
+                    path: path.as_ref().map(|p| p.to_string()),
+                },
+                pid: g.pid,
+                comm: g.comm.clone(),
+                first_ns: g.first_ns,
+                last_ns: g.last_ns,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::findings::{testing::*, Engine};
+
+    const GIB: u64 = 1 << 30;
+    const RW: u64 = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+    const PRIV_ANON: u64 = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
+
+    fn mmap(pid: u32, t: u64, addr: u64, len: u64, prot: u64, flags: u64, fd: i64) -> Event {
+        Event::Call(call(syscalls::MMAP, pid, pid, t, 1000, addr as i64, [0, len, prot, flags, fd as u64, 0]))
+    }
+
+    fn munmap(pid: u32, t: u64, addr: u64, len: u64) -> Event {
+        Event::Call(call(syscalls::MUNMAP, pid, pid, t, 1000, 0, [addr, len, 0, 0, 0, 0]))
+    }
+
+    fn found(e: &mut Engine, now: u64) -> Vec<Detail> {
+        e.findings(now, &[])
+            .into_iter()
+            .filter(|f| f.detail.kind() == "mmap_churn")
+            .map(|f| f.detail)
+            .collect()
+    }
+
+    #[test]
+    fn a_model_mapped_and_unmapped_per_request() {
+        let mut e = Engine::new(&Settings::default());
+        e.observe(&openat(3, SEC / 2, "/models/sonic.safetensors", 3, 2));
+        for i in 0..5 {
+            let t = (i + 1) * 10 * SEC;
+            e.observe(&mmap(
+                3,
+                t,
+                0x7f8a_1b00_0000,
+                GIB,
+                libc::PROT_READ as u64,
+                libc::MAP_PRIVATE as u64,
+                3,
+            ));
+            e.observe(&munmap(3, t + 5 * SEC, 0x7f8a_1b00_0000, GIB));
+        }
+        assert_eq!(
+            found(&mut e, 60 * SEC),
+            vec![Detail::MmapChurn {
+                size_bytes: GIB,
+                count: 5,
+                path: Some("/models/sonic.safetensors".into())
+            }]
+        );
+        assert_eq!(e.metrics.mmap_churn["app"], 5);
+    }
+
+    #[test]
+    fn arena_reservations_partial_unmaps_and_one_offs_are_not_churn() {
+        let mut e = Engine::new(&Settings::default());
+        // glibc: reserve 128 MiB PROT_NONE, trim it with partial munmaps.
+        let reserve = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE) as u64;
+        for i in 0..4 {
+            let base = 0x7f00_0000_0000 + i * 0x1000_0000;
+            e.observe(&mmap(3, SEC, base, 128 << 20, 0, reserve, -1));
+            e.observe(&munmap(3, SEC, base, 32 << 20));
+            e.observe(&munmap(3, SEC, base + (96 << 20), 32 << 20));
+        }
+        // A big buffer mapped once and unmapped once.
+        e.observe(&mmap(3, 2 * SEC, 0x7e00_0000_0000, GIB, RW, PRIV_ANON, -1));
+        e.observe(&munmap(3, 3 * SEC, 0x7e00_0000_0000, GIB));
+        // Unmapping half of a mapping, twice.
+        for i in 0..2 {
+            let a = 0x7d00_0000_0000 + i * 0x1000_0000;
+            e.observe(&mmap(3, 4 * SEC, a, 64 << 20, RW, PRIV_ANON, -1));
+            e.observe(&munmap(3, 4 * SEC, a, 32 << 20));
+        }
+        // Below the size threshold.
+        for i in 0..5 {
+            let a = 0x7c00_0000_0000 + i * 0x1000_0000;
+            e.observe(&mmap(3, 5 * SEC, a, 1 << 20, RW, PRIV_ANON, -1));
+            e.observe(&munmap(3, 5 * SEC, a, 1 << 20));
+        }
+        assert!(found(&mut e, 10 * SEC).is_empty());
+    }
+
+    #[test]
+    fn unmapped_after_the_window_is_not_a_cycle() {
+        let mut e = Engine::new(&Settings::default());
+        for i in 0..3 {
+            let t = i * 200 * SEC;
+            e.observe(&mmap(3, t, 0x7e00_0000_0000, GIB, RW, PRIV_ANON, -1));
+            e.observe(&munmap(3, t + 61 * SEC, 0x7e00_0000_0000, GIB));
+        }
+        assert!(found(&mut e, 700 * SEC).is_empty());
+    }
+}

@@ -1,0 +1,534 @@
+//! Diagnoses: the five field problems of scenarios.md, found automatically
+//! and listed as findings a person can read (GET /findings).
+//!
+//! Events flow in through [`Engine::observe`]: the engine first keeps its
+//! descriptor table ([`files`]) current, then shows the event to every
+//! [`Detector`], one module per problem. [`Engine::findings`] asks each
+//! detector for its current findings. Everything is bounded: each detector
+//! keeps at most `max_findings` records, drops those not seen for
+//! `window`, and its per-process working state is capped too.
+//!
+//! Times inside are CLOCK_MONOTONIC nanoseconds (the events' clock); they
+//! become RFC 3339 wall-clock times only on the way out.
+
+pub mod files;
+pub mod futex_stall;
+pub mod mmap_churn;
+pub mod repeated_open;
+pub mod service;
+pub mod small_reads;
+pub mod syscall_errors;
+
+use std::{
+    collections::HashMap,
+    time::{Duration, SystemTime},
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::events::Event;
+pub use files::{FileTable, FileTotals, KnownFile};
+pub use service::FindingsService;
+
+/// One finding, as GET /findings returns it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    #[serde(flatten)]
+    pub detail: Detail,
+    pub pid: u32,
+    pub comm: String,
+    /// RFC 3339.
+    pub first_seen: String,
+    /// RFC 3339.
+    pub last_seen: String,
+}
+
+/// What was found; `kind` names it in JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Detail {
+    /// A request thread waited on a futex for at least the stall threshold.
+    FutexStall {
+        tid: u32,
+        thread: String,
+        /// The longest stall of this thread.
+        wait_seconds: f64,
+        /// The futex operation of that stall (FUTEX_WAIT_PRIVATE, ...).
+        op: String,
+        /// Its futex word, hex.
+        uaddr: String,
+        waker_tid: Option<u32>,
+        waker_thread: Option<String>,
+        /// Stalls of this thread.
+        count: u64,
+    },
+    /// The same path opened again and again by one process.
+    RepeatedOpen { path: String, file_class: String, count: u64, bytes_read: u64 },
+    /// A regular file read in small pieces.
+    SmallReads { path: String, file_class: String, count: u64, bytes: u64, typical_size: u64 },
+    /// Large regions mapped and unmapped again and again.
+    MmapChurn { size_bytes: u64, count: u64, path: Option<String> },
+    /// Failed system calls of one kind.
+    SyscallErrors {
+        syscall: String,
+        errno: String,
+        count: u64,
+        /// The last few failing paths (openat).
+        paths: Vec<String>,
+        /// The last requested length (mmap, munmap).
+        length: Option<u64>,
+    },
+}
+
+impl Detail {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Detail::FutexStall { .. } => "futex_stall",
+            Detail::RepeatedOpen { .. } => "repeated_open",
+            Detail::SmallReads { .. } => "small_reads",
+            Detail::MmapChurn { .. } => "mmap_churn",
+            Detail::SyscallErrors { .. } => "syscall_errors",
+        }
+    }
+}
+
+/// A finding as detectors keep it (monotonic times).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub detail: Detail,
+    pub pid: u32,
+    pub comm: String,
+    pub first_ns: u64,
+    pub last_ns: u64,
+}
+
+/// What a detector sees of one event.
+pub struct Input<'a> {
+    pub event: &'a Event,
+    /// The process's incarnation: a pid reused after an exit gets a new one,
+    /// so a new process never continues an old one's findings.
+    pub incarnation: u64,
+    /// For a file-close event: the file, as the descriptor table knew it.
+    pub closed: Option<&'a KnownFile>,
+    /// The descriptor table after this event.
+    pub files: &'a FileTable,
+}
+
+/// A file still open now, with what has been read through it so far.
+#[derive(Debug, Clone)]
+pub struct LiveFile<'a> {
+    pub file: &'a KnownFile,
+    pub totals: FileTotals,
+}
+
+/// One diagnosis. Implementations keep bounded state.
+pub trait Detector: Send {
+    /// Sees every event, in ring-buffer order.
+    fn observe(&mut self, input: &Input<'_>, metrics: &mut DetectorMetrics);
+    /// Appends the current findings (at `now_ns`), dropping those older than
+    /// the window. `live` are the files open right now.
+    fn findings(&mut self, now_ns: u64, live: &[LiveFile<'_>], out: &mut Vec<Record>);
+}
+
+/// Thresholds and windows of every detector (flags; documented in README).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// A finding not seen again for this long is dropped.
+    pub window: Duration,
+    /// Records kept per detector.
+    pub max_findings: usize,
+    pub stall_threshold: Duration,
+    /// Thread-name patterns of request threads besides the main thread.
+    pub stall_threads: Vec<glob::Pattern>,
+    /// Thread-name patterns never reported as stalled.
+    pub stall_ignore_threads: Vec<glob::Pattern>,
+    pub repeated_open_count: u64,
+    pub repeated_open_window: Duration,
+    pub small_read_bytes: u64,
+    pub small_read_min_count: u64,
+    pub churn_bytes: u64,
+    pub churn_window: Duration,
+    pub churn_cycles: u64,
+    /// Paths never reported by repeated_open, small_reads and (as failing
+    /// openat paths) syscall_errors.
+    pub ignore_paths: Vec<glob::Pattern>,
+}
+
+/// Paths ignored by default: pseudo-files, and what the dynamic loader and
+/// the Python interpreter open (or probe for) on every start.
+pub const DEFAULT_IGNORE_PATHS: &[&str] = &[
+    "/proc/*",
+    "/sys/*",
+    "/dev/*",
+    "/etc/ld.so.cache",
+    "*.so",
+    "*.so.*",
+    "*/pybuilddir.txt",
+    "*/pyvenv.cfg",
+];
+
+impl Settings {
+    pub fn is_ignored(&self, path: &str) -> bool {
+        self.ignore_paths.iter().any(|p| p.matches(path))
+    }
+}
+
+pub fn default_ignore_paths() -> Vec<glob::Pattern> {
+    DEFAULT_IGNORE_PATHS.iter().map(|p| glob::Pattern::new(p).expect("valid default pattern")).collect()
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            window: Duration::from_secs(600),
+            max_findings: 1000,
+            stall_threshold: Duration::from_secs(1),
+            stall_threads: Vec::new(),
+            stall_ignore_threads: Vec::new(),
+            repeated_open_count: 3,
+            repeated_open_window: Duration::from_secs(60),
+            small_read_bytes: 4096,
+            small_read_min_count: 8,
+            churn_bytes: 16 << 20,
+            churn_window: Duration::from_secs(60),
+            churn_cycles: 2,
+            ignore_paths: default_ignore_paths(),
+        }
+    }
+}
+
+/// Distinct label sets each detector counter keeps; more fold into "other".
+pub const MAX_METRIC_KEYS: usize = 4096;
+
+/// Counters the detectors keep for /metrics, by raw names (the exporter
+/// folds them into bounded label values; the maps themselves are capped).
+#[derive(Debug, Default, Clone)]
+pub struct DetectorMetrics {
+    /// (comm, thread) -> futex stalls.
+    pub futex_stalls: HashMap<(String, String), u64>,
+    /// (comm, file_class) -> opens counted in repeated-open findings.
+    pub repeated_opens: HashMap<(String, String), u64>,
+    /// comm -> mmap/munmap churn cycles counted in findings.
+    pub mmap_churn: HashMap<String, u64>,
+    /// comm -> longest stall still within the window (seconds).
+    pub stall_max_seconds: HashMap<String, f64>,
+}
+
+fn bump<K: Eq + std::hash::Hash>(map: &mut HashMap<K, u64>, key: K, other: K, n: u64) {
+    let key = if map.len() >= MAX_METRIC_KEYS && !map.contains_key(&key) { other } else { key };
+    *map.entry(key).or_default() += n;
+}
+
+impl DetectorMetrics {
+    pub fn add_stall(&mut self, comm: &str, thread: &str) {
+        let other = (crate::labels::OTHER.to_string(), crate::labels::OTHER.to_string());
+        bump(&mut self.futex_stalls, (comm.to_string(), thread.to_string()), other, 1);
+    }
+
+    pub fn add_repeated_opens(&mut self, comm: &str, class: &str, n: u64) {
+        let other = (crate::labels::OTHER.to_string(), class.to_string());
+        bump(&mut self.repeated_opens, (comm.to_string(), class.to_string()), other, n);
+    }
+
+    pub fn add_churn(&mut self, comm: &str, n: u64) {
+        bump(&mut self.mmap_churn, comm.to_string(), crate::labels::OTHER.to_string(), n);
+    }
+}
+
+/// Converts event times (CLOCK_MONOTONIC ns) to wall-clock time.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    /// realtime - monotonic, in ns, when the clock was made.
+    offset_ns: i128,
+}
+
+impl Clock {
+    pub fn new() -> Self {
+        let mono = monotonic_ns() as i128;
+        let real = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as i128)
+            .unwrap_or(0);
+        Clock { offset_ns: real - mono }
+    }
+
+    pub fn wall(&self, mono_ns: u64) -> SystemTime {
+        let ns = (mono_ns as i128 + self.offset_ns).max(0) as u128;
+        SystemTime::UNIX_EPOCH + Duration::from_nanos(ns.min(u64::MAX as u128) as u64)
+    }
+
+    pub fn rfc3339(&self, mono_ns: u64) -> String {
+        humantime::format_rfc3339_millis(self.wall(mono_ns)).to_string()
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// CLOCK_MONOTONIC now, in ns (the clock of bpf_ktime_get_ns).
+pub fn monotonic_ns() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+}
+
+/// The detectors, the descriptor table, and the process incarnations.
+pub struct Engine {
+    files: FileTable,
+    detectors: Vec<Box<dyn Detector>>,
+    incarnations: HashMap<u32, u64>,
+    next_incarnation: u64,
+    pub metrics: DetectorMetrics,
+    clock: Clock,
+}
+
+/// Processes whose incarnation is remembered (live ones, in practice).
+const MAX_INCARNATIONS: usize = 65536;
+
+impl Engine {
+    pub fn new(settings: &Settings) -> Self {
+        let detectors: Vec<Box<dyn Detector>> = vec![
+            Box::new(futex_stall::FutexStall::new(settings)),
+            Box::new(repeated_open::RepeatedOpen::new(settings)),
+            Box::new(small_reads::SmallReads::new(settings)),
+            Box::new(mmap_churn::MmapChurn::new(settings)),
+            Box::new(syscall_errors::SyscallErrors::new(settings)),
+        ];
+        Engine {
+            files: FileTable::default(),
+            detectors,
+            incarnations: HashMap::new(),
+            next_incarnation: 1,
+            metrics: DetectorMetrics::default(),
+            clock: Clock::new(),
+        }
+    }
+
+    fn incarnation(&mut self, tgid: u32) -> u64 {
+        if let Some(&i) = self.incarnations.get(&tgid) {
+            return i;
+        }
+        if self.incarnations.len() >= MAX_INCARNATIONS {
+            self.incarnations.clear();
+        }
+        let i = self.next_incarnation;
+        self.next_incarnation += 1;
+        self.incarnations.insert(tgid, i);
+        i
+    }
+
+    pub fn observe(&mut self, event: &Event) {
+        let tgid = match event {
+            Event::Call(c) => c.tgid(),
+            Event::Process(p) => p.tgid(),
+            Event::FileClosed(f) => f.tgid(),
+        };
+        let incarnation = self.incarnation(tgid);
+        let closed = self.files.observe(event, incarnation);
+        let input = Input { event, incarnation, closed: closed.as_ref(), files: &self.files };
+        for d in &mut self.detectors {
+            d.observe(&input, &mut self.metrics);
+        }
+        if let Event::Process(p) = event {
+            if p.kind == crate::events::ProcessKind::Exit {
+                // The pid may be reused: the next process with it is new.
+                self.incarnations.remove(&tgid);
+            }
+        }
+    }
+
+    /// Current findings, newest last-seen first. `live` are the kernel's
+    /// open-file entries ((tgid, fd) with their totals).
+    pub fn findings(&mut self, now_ns: u64, live: &[(u32, u32, u64, FileTotals)]) -> Vec<Finding> {
+        let live_files: Vec<LiveFile<'_>> = live
+            .iter()
+            .filter_map(|&(tgid, fd, opened_ns, totals)| {
+                let file = self.files.get(tgid, fd)?;
+                (file.opened_ns == opened_ns).then_some(LiveFile { file, totals })
+            })
+            .collect();
+        let mut records = Vec::new();
+        for d in &mut self.detectors {
+            d.findings(now_ns, &live_files, &mut records);
+        }
+        self.metrics.stall_max_seconds.clear();
+        for r in &records {
+            if let Detail::FutexStall { wait_seconds, .. } = r.detail {
+                let m = self.metrics.stall_max_seconds.entry(r.comm.clone()).or_insert(0.0);
+                *m = m.max(wait_seconds);
+            }
+        }
+        records.sort_by_key(|r| std::cmp::Reverse(r.last_ns));
+        records
+            .into_iter()
+            .map(|r| Finding {
+                first_seen: self.clock.rfc3339(r.first_ns),
+                last_seen: self.clock.rfc3339(r.last_ns),
+                detail: r.detail,
+                pid: r.pid,
+                comm: r.comm,
+            })
+            .collect()
+    }
+
+    pub fn files(&self) -> &FileTable {
+        &self.files
+    }
+
+    /// The kernel holds nothing more about `tgid`'s descriptors.
+    pub fn forget_files(&mut self, tgid: u32) {
+        self.files.forget(tgid);
+    }
+}
+
+/// Keeps at most `max` records, dropping those not seen since `oldest_ns`
+/// and then the least recently seen.
+pub(crate) fn prune<K: Clone + Eq + std::hash::Hash, V>(
+    map: &mut HashMap<K, V>,
+    last_ns: impl Fn(&V) -> u64,
+    oldest_ns: u64,
+    max: usize,
+) {
+    map.retain(|_, v| last_ns(v) >= oldest_ns);
+    if map.len() > max {
+        let mut by_age: Vec<(u64, K)> = map.iter().map(|(k, v)| (last_ns(v), k.clone())).collect();
+        by_age.sort_by_key(|(t, _)| *t);
+        for (_, k) in by_age.into_iter().take(map.len() - max) {
+            map.remove(&k);
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Synthetic events for the detectors' unit tests.
+    use sonic_probe_common::{
+        comm_bytes, syscalls, EventHeader, FileCloseEvent, ProcessEvent, SharedStruct, SyscallEvent,
+        EMIT_PATH, EVENT_FILE_CLOSE, EVENT_PROCESS_EXIT, EVENT_SYSCALL, EVENT_SYSCALL_PATH, FILE_CLASS_OTHER,
+    };
+
+    use crate::events::{Call, Event, FileClosed, ProcessChange, ProcessKind};
+
+    pub const SEC: u64 = 1_000_000_000;
+    pub const S_IFREG: u16 = 0o100644;
+
+    pub fn call(
+        syscall: u16,
+        tgid: u32,
+        tid: u32,
+        start_ns: u64,
+        duration_ns: u64,
+        ret: i64,
+        args: [u64; 6],
+    ) -> Call {
+        let mut raw = SyscallEvent::zeroed();
+        raw.header = EventHeader { kind: EVENT_SYSCALL, tgid, tid, cpu: 0, time_ns: start_ns };
+        raw.syscall = syscall;
+        raw.duration_ns = duration_ns;
+        raw.ret = ret;
+        raw.args = args;
+        raw.process_comm = comm_bytes("app");
+        raw.thread_comm = comm_bytes(if tid == tgid { "app" } else { "worker" });
+        Call { raw, path: None }
+    }
+
+    pub fn openat(tgid: u32, t: u64, path: &str, ret: i64, class: u16) -> Event {
+        let mut c = call(syscalls::OPENAT, tgid, tgid, t, 1000, ret, [0; 6]);
+        c.raw.header.kind = EVENT_SYSCALL_PATH;
+        c.raw.reasons = EMIT_PATH;
+        c.raw.path_len = path.len() as u16;
+        c.raw.file_class = if ret >= 0 { class } else { FILE_CLASS_OTHER };
+        c.raw.file_mode = if ret >= 0 { S_IFREG } else { 0 };
+        c.path = Some(path.as_bytes().to_vec());
+        Event::Call(c)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn close(
+        tgid: u32,
+        t: u64,
+        fd: u32,
+        opened_ns: u64,
+        reads: u64,
+        bytes: u64,
+        small: u64,
+        small_requested: u64,
+    ) -> Event {
+        let mut raw = FileCloseEvent::zeroed();
+        raw.header = EventHeader { kind: EVENT_FILE_CLOSE, tgid, tid: tgid, cpu: 0, time_ns: t };
+        raw.fd = fd;
+        raw.file.opened_ns = opened_ns;
+        raw.file.reads = reads;
+        raw.file.read_bytes = bytes;
+        raw.file.small_reads = small;
+        raw.file.small_read_requested = small_requested;
+        raw.file.small_read_bytes = small_requested;
+        raw.file.mode = S_IFREG;
+        Event::FileClosed(FileClosed { raw })
+    }
+
+    pub fn exit(tgid: u32, t: u64) -> Event {
+        let mut raw = ProcessEvent::zeroed();
+        raw.header = EventHeader { kind: EVENT_PROCESS_EXIT, tgid, tid: tgid, cpu: 0, time_ns: t };
+        raw.comm = comm_bytes("app");
+        Event::Process(ProcessChange { kind: ProcessKind::Exit, raw })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{testing::*, *};
+
+    #[test]
+    fn json_shape_is_flat_with_kind() {
+        let f = Finding {
+            detail: Detail::RepeatedOpen {
+                path: "/models/x.pth".into(),
+                file_class: "model".into(),
+                count: 5,
+                bytes_read: 100,
+            },
+            pid: 42,
+            comm: "python3".into(),
+            first_seen: "2026-01-01T00:00:00.000Z".into(),
+            last_seen: "2026-01-01T00:00:01.000Z".into(),
+        };
+        let v: serde_json::Value = serde_json::to_value(&f).unwrap();
+        assert_eq!(v["kind"], "repeated_open");
+        assert_eq!(v["pid"], 42);
+        assert_eq!(v["path"], "/models/x.pth");
+        assert_eq!(v["count"], 5);
+        let back: Finding = serde_json::from_value(v).unwrap();
+        assert_eq!(back, f);
+    }
+
+    #[test]
+    fn pid_reuse_starts_a_new_incarnation() {
+        let mut e = Engine::new(&Settings::default());
+        e.observe(&openat(7, SEC, "/m.pth", 3, 2));
+        let first = e.incarnation(7);
+        e.observe(&exit(7, 2 * SEC));
+        e.observe(&openat(7, 3 * SEC, "/m.pth", 3, 2));
+        assert_ne!(e.incarnation(7), first);
+    }
+
+    #[test]
+    fn prune_bounds_and_ages() {
+        let mut m: HashMap<u32, u64> = (0..10).map(|i| (i, u64::from(i) * 10)).collect();
+        prune(&mut m, |v| *v, 20, 5);
+        assert_eq!(m.len(), 5);
+        assert!(m.values().all(|&v| v >= 50), "the newest five stay: {m:?}");
+    }
+
+    #[test]
+    fn clock_maps_monotonic_to_wall_time() {
+        let c = Clock::new();
+        let now = monotonic_ns();
+        let wall = c.wall(now);
+        let diff = SystemTime::now().duration_since(wall).unwrap_or_default();
+        assert!(diff < Duration::from_secs(1));
+        assert!(c.rfc3339(now).ends_with('Z'));
+    }
+}

@@ -1,0 +1,277 @@
+//! repeated_open: the same path opened again and again by one process
+//! (scenario 2: lip_decoder.pth reloaded on every request).
+//!
+//! Rule: successful openat calls of one regular file by one process; when
+//! at least `repeated_open_count` (default 3) of them fall within
+//! `repeated_open_window` (default 60 s), the path is reported. The finding
+//! counts every open of the run (a run ends when the window passes without
+//! an open) and the bytes read through those opens (from the kernel's
+//! per-descriptor totals at close, plus those of opens still open).
+
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::Arc,
+};
+
+use sonic_probe_common::{file_class_name, syscalls};
+
+use super::{prune, Detail, Detector, DetectorMetrics, Input, LiveFile, Record, Settings};
+use crate::events::Event;
+
+/// Open times remembered per path (the window needs only `min_count`).
+const MAX_TIMES: usize = 64;
+
+struct PathState {
+    pid: u32,
+    comm: String,
+    class: u16,
+    /// Open times within the window, oldest first.
+    recent: VecDeque<u64>,
+    /// Opens since this run started.
+    opens: u64,
+    /// Bytes read through closed opens of this run.
+    bytes_read: u64,
+    first_ns: u64,
+    last_ns: u64,
+    /// Whether the run has reached the threshold.
+    reported: bool,
+}
+
+pub struct RepeatedOpen {
+    ignore: Vec<glob::Pattern>,
+    min_count: u64,
+    run_window_ns: u64,
+    window_ns: u64,
+    max: usize,
+    paths: HashMap<(u64, Arc<str>), PathState>,
+}
+
+impl RepeatedOpen {
+    pub fn new(s: &Settings) -> Self {
+        RepeatedOpen {
+            ignore: s.ignore_paths.clone(),
+            min_count: s.repeated_open_count.max(1),
+            run_window_ns: s.repeated_open_window.as_nanos() as u64,
+            window_ns: s.window.as_nanos() as u64,
+            max: s.max_findings,
+            paths: HashMap::new(),
+        }
+    }
+}
+
+impl Detector for RepeatedOpen {
+    fn observe(&mut self, input: &Input<'_>, metrics: &mut DetectorMetrics) {
+        match input.event {
+            Event::Call(c) if c.raw.syscall == syscalls::OPENAT && c.raw.ret >= 0 => {
+                let Some(file) = input.files.get(c.tgid(), c.raw.ret as u32) else { return };
+                if !file.is_regular()
+                    || file.opened_ns != c.raw.header.time_ns
+                    || self.ignore.iter().any(|p| p.matches(&file.path))
+                {
+                    return;
+                }
+                let t = c.raw.header.time_ns;
+                let key = (file.incarnation, file.path.clone());
+                let st = self.paths.entry(key).or_insert_with(|| PathState {
+                    pid: c.tgid(),
+                    comm: file.comm.clone(),
+                    class: file.class,
+                    recent: VecDeque::new(),
+                    opens: 0,
+                    bytes_read: 0,
+                    first_ns: t,
+                    last_ns: t,
+                    reported: false,
+                });
+                if !st.reported && t.saturating_sub(st.last_ns) > self.run_window_ns {
+                    // An unreported run ended: start a new one. (A reported
+                    // one keeps counting until it ages out.)
+                    st.recent.clear();
+                    st.opens = 0;
+                    st.bytes_read = 0;
+                    st.first_ns = t;
+                }
+                st.recent.push_back(t);
+                while st.recent.front().is_some_and(|&f| t.saturating_sub(f) > self.run_window_ns)
+                    || st.recent.len() > MAX_TIMES
+                {
+                    st.recent.pop_front();
+                }
+                st.opens += 1;
+                st.last_ns = t;
+                st.comm = file.comm.clone();
+                let class = file_class_name(st.class);
+                if st.reported {
+                    metrics.add_repeated_opens(&st.comm, class, 1);
+                } else if st.recent.len() as u64 >= self.min_count {
+                    st.reported = true;
+                    metrics.add_repeated_opens(&st.comm, class, st.opens);
+                }
+            }
+            Event::FileClosed(f) => {
+                let Some(file) = input.closed else { return };
+                if let Some(st) = self.paths.get_mut(&(file.incarnation, file.path.clone())) {
+                    if file.opened_ns >= st.first_ns {
+                        st.bytes_read += f.raw.file.read_bytes;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn findings(&mut self, now_ns: u64, live: &[LiveFile<'_>], out: &mut Vec<Record>) {
+        let oldest = now_ns.saturating_sub(self.window_ns.max(self.run_window_ns));
+        prune(&mut self.paths, |s| s.last_ns, oldest, self.max);
+        for ((inc, path), st) in &self.paths {
+            if !st.reported {
+                continue;
+            }
+            let live_bytes: u64 = live
+                .iter()
+                .filter(|l| {
+                    l.file.incarnation == *inc && l.file.path == *path && l.file.opened_ns >= st.first_ns
+                })
+                .map(|l| l.totals.read_bytes)
+                .sum();
+            out.push(Record {
+                detail: Detail::RepeatedOpen {
+                    path: path.to_string(),
+                    file_class: file_class_name(st.class).to_string(),
+                    count: st.opens,
+                    bytes_read: st.bytes_read + live_bytes,
+                },
+                pid: st.pid,
+                comm: st.comm.clone(),
+                first_ns: st.first_ns,
+                last_ns: st.last_ns,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::findings::{testing::*, Engine, FileTotals};
+    use std::time::Duration;
+
+    const MODEL: u16 = 2;
+
+    fn engine() -> Engine {
+        Engine::new(&Settings {
+            repeated_open_count: 3,
+            repeated_open_window: Duration::from_secs(60),
+            ..Settings::default()
+        })
+    }
+
+    fn found(e: &mut Engine, now: u64, live: &[(u32, u32, u64, FileTotals)]) -> Vec<(u32, Detail)> {
+        e.findings(now, live)
+            .into_iter()
+            .filter(|f| f.detail.kind() == "repeated_open")
+            .map(|f| (f.pid, f.detail))
+            .collect()
+    }
+
+    /// One request: open, read `bytes`, close.
+    fn request(e: &mut Engine, pid: u32, t: u64, path: &str, bytes: u64) {
+        e.observe(&openat(pid, t, path, 3, MODEL));
+        e.observe(&close(pid, t + 1000, 3, t, 10, bytes, 0, 0));
+    }
+
+    #[test]
+    fn a_model_reloaded_every_request() {
+        let mut e = engine();
+        for i in 0..5 {
+            request(&mut e, 9, (i + 1) * SEC, "/models/sonic/lip_decoder.pth", 1000);
+        }
+        let f = found(&mut e, 10 * SEC, &[]);
+        assert_eq!(f.len(), 1);
+        assert_eq!(
+            f[0].1,
+            Detail::RepeatedOpen {
+                path: "/models/sonic/lip_decoder.pth".into(),
+                file_class: "model".into(),
+                count: 5,
+                bytes_read: 5000
+            }
+        );
+        assert_eq!(e.metrics.repeated_opens[&("app".into(), "model".into())], 5);
+    }
+
+    #[test]
+    fn below_the_count_or_spread_beyond_the_window_is_fine() {
+        let mut e = engine();
+        request(&mut e, 9, SEC, "/m.pth", 1);
+        request(&mut e, 9, 2 * SEC, "/m.pth", 1);
+        assert!(found(&mut e, 3 * SEC, &[]).is_empty(), "two opens");
+        // Window boundary: opens at 0 s, 30 s, 61 s: never 3 within 60 s.
+        let mut e = engine();
+        for t in [0, 30, 91, 122] {
+            request(&mut e, 9, t * SEC + 1, "/n.pth", 1);
+        }
+        assert!(found(&mut e, 123 * SEC, &[]).is_empty());
+        let mut e = engine();
+        for t in [0, 30, 60] {
+            request(&mut e, 9, t * SEC + 1, "/n.pth", 1);
+        }
+        assert_eq!(found(&mut e, 61 * SEC, &[]).len(), 1, "exactly 60 s apart is within");
+    }
+
+    #[test]
+    fn two_processes_one_path_are_two_findings_and_pid_reuse_a_third() {
+        let mut e = engine();
+        for i in 0..3 {
+            request(&mut e, 1, (i + 1) * SEC, "/shared.pth", 10);
+            request(&mut e, 2, (i + 1) * SEC, "/shared.pth", 20);
+        }
+        e.observe(&exit(1, 5 * SEC));
+        for i in 0..3 {
+            request(&mut e, 1, (i + 6) * SEC, "/shared.pth", 30);
+        }
+        let mut f = found(&mut e, 10 * SEC, &[]);
+        f.sort_by_key(|(p, d)| (*p, format!("{d:?}")));
+        let bytes: Vec<(u32, u64)> = f
+            .iter()
+            .map(|(p, d)| match d {
+                Detail::RepeatedOpen { bytes_read, count: 3, .. } => (*p, *bytes_read),
+                _ => panic!("{d:?}"),
+            })
+            .collect();
+        assert_eq!(bytes, vec![(1, 30), (1, 90), (2, 60)]);
+    }
+
+    #[test]
+    fn files_still_open_count_their_bytes_so_far() {
+        let mut e = engine();
+        for i in 0..2 {
+            request(&mut e, 9, (i + 1) * SEC, "/m.pth", 100);
+        }
+        e.observe(&openat(9, 3 * SEC, "/m.pth", 4, MODEL));
+        let live = [(9, 4, 3 * SEC, FileTotals { read_bytes: 42, ..FileTotals::default() })];
+        let f = found(&mut e, 4 * SEC, &live);
+        assert!(matches!(f[0].1, Detail::RepeatedOpen { count: 3, bytes_read: 242, .. }), "{f:?}");
+    }
+
+    #[test]
+    fn the_loader_cache_and_pseudo_files_are_ignored() {
+        let mut e = engine();
+        for i in 0..5 {
+            request(&mut e, 9, (i + 1) * SEC, "/etc/ld.so.cache", 1);
+            request(&mut e, 9, (i + 1) * SEC, "/proc/self/stat", 1);
+        }
+        assert!(found(&mut e, 10 * SEC, &[]).is_empty());
+    }
+
+    #[test]
+    fn not_regular_files_are_ignored() {
+        let mut e = engine();
+        for i in 0..5 {
+            let Event::Call(mut c) = openat(9, (i + 1) * SEC, "/dev/null", 3, 0) else { unreachable!() };
+            c.raw.file_mode = 0o020666; // a character device
+            e.observe(&Event::Call(c));
+        }
+        assert!(found(&mut e, 10 * SEC, &[]).is_empty());
+    }
+}

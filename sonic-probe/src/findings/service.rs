@@ -1,0 +1,112 @@
+//! The findings engine as the daemon runs it: fed by the event consumer,
+//! asked by GET /findings and by the metrics exporter, and kept in step with
+//! the kernel's descriptor table by a periodic sweep.
+//!
+//! Lock order, everywhere: open files, then engine.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use sonic_probe_common::{EventHeader, FileCloseEvent, EVENT_FILE_CLOSE};
+
+use super::{monotonic_ns, DetectorMetrics, Engine, FileTotals, Finding, Settings};
+use crate::{
+    events::{Event, FileClosed, ProcessKind},
+    probe::OpenFiles,
+    procfs,
+};
+
+#[derive(Clone)]
+pub struct FindingsService {
+    engine: Arc<Mutex<Engine>>,
+    open_files: Arc<Mutex<OpenFiles>>,
+    /// Processes whose kernel descriptor entries are stale: tgid -> the
+    /// exec time (entries opened before it are stale) or None (it exited).
+    stale: Arc<Mutex<HashMap<u32, Option<u64>>>>,
+}
+
+fn is_regular(mode: u16) -> bool {
+    u32::from(mode) & libc::S_IFMT == libc::S_IFREG
+}
+
+impl FindingsService {
+    pub fn new(settings: &Settings, open_files: OpenFiles) -> Self {
+        FindingsService {
+            engine: Arc::new(Mutex::new(Engine::new(settings))),
+            open_files: Arc::new(Mutex::new(open_files)),
+            stale: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    pub fn observe(&self, event: &Event) {
+        if let Event::Process(p) = event {
+            let when = match p.kind {
+                ProcessKind::Exec => Some(p.raw.header.time_ns),
+                ProcessKind::Exit => None,
+                ProcessKind::Fork => return self.engine.lock().expect("engine lock").observe(event),
+            };
+            self.stale.lock().expect("stale lock").insert(p.tgid(), when);
+        }
+        self.engine.lock().expect("engine lock").observe(event);
+    }
+
+    /// Current findings and the detectors' counters.
+    pub fn current(&self) -> (Vec<Finding>, DetectorMetrics) {
+        let live: Vec<(u32, u32, u64, FileTotals)> = {
+            let files = self.open_files.lock().expect("open files lock");
+            files
+                .entries()
+                .into_iter()
+                .filter(|(_, f)| f.opened_ns != 0 && is_regular(f.mode))
+                .map(|(k, f)| (k.tgid, k.fd, f.opened_ns, FileTotals::from(&f)))
+                .collect()
+        };
+        let mut engine = self.engine.lock().expect("engine lock");
+        let findings = engine.findings(monotonic_ns(), &live);
+        (findings, engine.metrics.clone())
+    }
+
+    /// Deletes the kernel's entries of processes that exec'd or are gone;
+    /// what was read through their regular files reaches the detectors as
+    /// if they had been closed.
+    pub fn sweep(&self) {
+        let stale = std::mem::take(&mut *self.stale.lock().expect("stale lock"));
+        let mut alive: HashMap<u32, bool> = HashMap::new();
+        let mut files = self.open_files.lock().expect("open files lock");
+        let gone = files.sweep(|k, v| match stale.get(&k.tgid) {
+            Some(Some(exec_ns)) => v.opened_ns < *exec_ns,
+            Some(None) => true,
+            None => !*alive.entry(k.tgid).or_insert_with(|| procfs::is_alive(k.tgid)),
+        });
+        let now = monotonic_ns();
+        let mut engine = self.engine.lock().expect("engine lock");
+        for (k, f) in &gone {
+            if f.opened_ns == 0 || !is_regular(f.mode) {
+                continue;
+            }
+            let raw = FileCloseEvent {
+                header: EventHeader {
+                    kind: EVENT_FILE_CLOSE,
+                    tgid: k.tgid,
+                    tid: k.tgid,
+                    cpu: 0,
+                    time_ns: now,
+                },
+                fd: k.fd,
+                _pad: 0,
+                file: *f,
+            };
+            engine.observe(&Event::FileClosed(FileClosed { raw }));
+        }
+        let dead = alive.into_iter().filter(|(_, a)| !a).map(|(t, _)| t);
+        for tgid in stale.keys().copied().chain(dead) {
+            engine.forget_files(tgid);
+        }
+    }
+
+    pub fn open_file_entries(&self) -> usize {
+        self.open_files.lock().expect("open files lock").len()
+    }
+}
