@@ -34,6 +34,22 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 /* ---- system calls */
 
+/* Reads the path argument into the thread state. A BPF program can't fault
+ * a page in: a string in memory not touched yet is unreadable at entry. */
+static __always_inline void read_path(struct thread_state *st, __u64 uptr)
+{
+	long n = bpf_probe_read_user_str(st->path, sizeof(st->path), (const void *)uptr);
+
+	st->path_len = 0;
+	if (n <= 0) {
+		st->path[0] = 0;
+		st->path_flags = SP_EMIT_PATH_UNREADABLE;
+	} else {
+		st->path_len = n - 1;
+		st->path_flags = n == sizeof(st->path) ? SP_EMIT_PATH_TRUNCATED : 0;
+	}
+}
+
 SEC("tp_btf/sys_enter")
 int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 {
@@ -71,18 +87,8 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	st->path_flags = 0;
 
 	int parg = sp_syscall_path_arg(idx);
-	if (parg >= 0 && parg < 6) {
-		long n = bpf_probe_read_user_str(st->path, sizeof(st->path),
-						 (const void *)st->args[parg]);
-		if (n <= 0) {
-			st->path[0] = 0;
-			st->path_flags = SP_EMIT_PATH_UNREADABLE;
-		} else {
-			st->path_len = n - 1;
-			if (n == sizeof(st->path))
-				st->path_flags = SP_EMIT_PATH_TRUNCATED;
-		}
-	}
+	if (parg >= 0 && parg < 6)
+		read_path(st, st->args[parg]);
 
 	st->active = 1;
 	/* Last, so that our own work above is not part of the call's time. */
@@ -118,6 +124,11 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 
 	struct stats_key key = { .tgid = tgid, .syscall = idx };
 	read_comm((char *)key.comm, task->group_leader);
+
+	/* The kernel faulted the path's page in while the call ran: try again. */
+	int parg = sp_syscall_path_arg(idx);
+	if (parg >= 0 && parg < 6 && (st->path_flags & SP_EMIT_PATH_UNREADABLE))
+		read_path(st, st->args[parg]);
 
 	struct call_sample sample = { .duration_ns = c.duration_ns, .failed = failed };
 	int sarg = sp_syscall_size_arg(idx);

@@ -145,7 +145,7 @@ pub struct RunArgs {
     /// Paths (globs) never reported by repeated_open, small_reads and, as
     /// failing openat paths, syscall_errors; added to the defaults
     /// (/proc/*, /sys/*, /dev/*, /etc/ld.so.cache, *.so, *.so.*,
-    /// */pybuilddir.txt, */pyvenv.cfg). Repeatable.
+    /// /usr/lib/locale/*, */pybuilddir.txt, */pyvenv.cfg, *._pth). Repeatable.
     #[arg(long = "ignore-path", value_name = "GLOB")]
     pub ignore_paths: Vec<String>,
 

@@ -52,6 +52,11 @@ pub fn sonic_probe_bin() -> PathBuf {
     p
 }
 
+/// The Python stand-in for the Sonic service (tests/workloads/sonic_sim.py).
+pub fn sonic_sim() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("workloads/sonic_sim.py")
+}
+
 /// The workload binary (cargo builds it with this package's tests).
 pub fn workload_bin() -> PathBuf {
     target_dir().join("sp-workload")
@@ -131,6 +136,13 @@ impl Daemon {
     /// GET a path; (status code, body).
     pub fn get(&self, path: &str) -> (u16, String) {
         http_request(self.addr, "GET", path)
+    }
+
+    /// GET /findings, parsed.
+    pub fn findings(&self) -> Vec<serde_json::Value> {
+        let (status, body) = self.get("/findings");
+        assert_eq!(status, 200, "GET /findings: {body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("bad findings JSON ({e}): {body}"))
     }
 
     /// Scrapes /metrics.
@@ -295,10 +307,12 @@ fn parse_labels(body: &str) -> Option<BTreeMap<String, String>> {
     Some(out)
 }
 
-/// A running `sp-workload`, blocked until [`Workload::go`].
+/// A running workload, blocked until [`Workload::go`].
 pub struct Workload {
     child: Child,
     stdin: Option<ChildStdin>,
+    /// Kept open: a workload may write after "ready".
+    stdout: BufReader<std::process::ChildStdout>,
 }
 
 impl Workload {
@@ -317,10 +331,11 @@ impl Workload {
         let mut child =
             cmd.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start sp-workload");
         let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("ready line");
-        assert_eq!(line.trim(), "ready", "sp-workload did not start");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        stdout.read_line(&mut line).expect("ready line");
+        assert_eq!(line.trim(), "ready", "the workload did not start");
         let stdin = child.stdin.take();
-        let w = Workload { child, stdin };
+        let w = Workload { child, stdin, stdout };
         w.wait_blocked_in_read();
         w
     }
@@ -347,7 +362,17 @@ impl Workload {
         let mut stdin = self.stdin.take().expect("stdin");
         stdin.write_all(b"g").expect("go");
         drop(stdin);
-        self.child.wait().expect("wait for sp-workload")
+        let mut rest = String::new();
+        let _ = self.stdout.read_to_string(&mut rest);
+        self.child.wait().expect("wait for the workload")
+    }
+
+    /// Its process name now.
+    pub fn comm(&self) -> String {
+        std::fs::read_to_string(format!("/proc/{}/comm", self.pid()))
+            .unwrap_or_default()
+            .trim_end()
+            .to_string()
     }
 }
 

@@ -7,8 +7,10 @@
 //! Tasks shell out to cargo and apt-get; nothing here is clever.
 
 use std::{
+    io::{BufRead, BufReader, Write},
     path::{Path, PathBuf},
-    process::{Command, ExitCode},
+    process::{Command, ExitCode, Stdio},
+    time::Duration,
 };
 
 use anyhow::{bail, Context, Result};
@@ -21,6 +23,8 @@ tasks:
   run [ARGS]     setup, build (release) and run `sonic-probe run ARGS` (needs root)
   test           setup, then fmt, clippy, build and all tests, integration tests
                  included (needs root: they load the real BPF programs)
+  demo           run the daemon against a faulty stand-in of the Sonic service
+                 (tests/workloads/sonic_sim.py) and print what it found (needs root)
 ";
 
 /// Debian packages and a file each provides, to tell whether it is there.
@@ -40,6 +44,7 @@ fn main() -> ExitCode {
         Some("setup") => setup(true),
         Some("run") => run(&args[1..]),
         Some("test") => test(),
+        Some("demo") => demo(),
         Some("-h" | "--help" | "help") => {
             print!("{USAGE}");
             Ok(())
@@ -127,4 +132,71 @@ fn test() -> Result<()> {
     }
     // Integration tests must not skip here: a missing privilege is a failure.
     sh("cargo", &["test", "--workspace"], &[("SONIC_PROBE_REQUIRE_PRIVILEGED", "1")])
+}
+
+/// Starts the faulty workload, attaches the daemon to it, lets it run its
+/// requests, prints the findings table.
+fn demo() -> Result<()> {
+    setup(false)?;
+    sh("cargo", &["build", "--release", "-p", "sonic-probe"], &[])?;
+    if !is_root() {
+        bail!("sonic-probe loads BPF programs: run `cargo xtask demo` as root");
+    }
+    let bin = root().join("target/release/sonic-probe");
+    let sim = root().join("tests/workloads/sonic_sim.py");
+    let dir = std::env::temp_dir().join("sonic-probe-demo");
+
+    eprintln!("\n== starting a faulty stand-in of the Sonic service (5 requests)");
+    let mut service = Command::new("python3")
+        .arg(&sim)
+        .args(["faulty", "--requests", "5", "--stall", "1.5", "--wait-go", "--dir"])
+        .arg(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("cannot start python3")?;
+    let mut out = BufReader::new(service.stdout.take().expect("piped"));
+    let mut line = String::new();
+    out.read_line(&mut line)?;
+    if line.trim() != "ready" {
+        bail!("the workload did not start: {line:?}");
+    }
+    let pid = service.id().to_string();
+
+    eprintln!("== attaching sonic-probe to it (pid {pid})");
+    let mut daemon = Command::new(&bin)
+        .args(["run", "--pid", &pid, "--listen", "127.0.0.1:0"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot start sonic-probe")?;
+    let log = BufReader::new(daemon.stderr.take().expect("piped"));
+    let mut url = None;
+    for line in log.lines() {
+        let line = line?;
+        eprintln!("   {line}");
+        if let Some(rest) = line.split("serving http://").nth(1) {
+            url = rest.split('/').next().map(|a| format!("http://{a}"));
+            break;
+        }
+    }
+    let Some(url) = url else {
+        let _ = service.kill();
+        bail!("sonic-probe did not get ready");
+    };
+
+    eprintln!("== the service handles its requests (about 10 s)");
+    service.stdin.take().expect("piped").write_all(b"g")?;
+    service.wait()?;
+    std::thread::sleep(Duration::from_millis(1500));
+
+    eprintln!("== sonic-probe findings --url {url}\n");
+    let status = Command::new(&bin).args(["findings", "--url", &url]).status()?;
+    eprintln!("\n(the same as JSON: curl {url}/findings; metrics: curl {url}/metrics)");
+    let _ = Command::new("kill").args(["-TERM", &daemon.id().to_string()]).status();
+    daemon.wait()?;
+    let _ = std::fs::remove_dir_all(&dir);
+    if !status.success() {
+        bail!("sonic-probe findings failed");
+    }
+    Ok(())
 }

@@ -163,8 +163,10 @@ pub const DEFAULT_IGNORE_PATHS: &[&str] = &[
     "/etc/ld.so.cache",
     "*.so",
     "*.so.*",
+    "/usr/lib/locale/*",
     "*/pybuilddir.txt",
     "*/pyvenv.cfg",
+    "*._pth",
 ];
 
 impl Settings {

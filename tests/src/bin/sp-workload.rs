@@ -6,6 +6,10 @@
 //!   futex-wait MS              the main thread waits on a futex until a
 //!                              second thread wakes it MS ms later
 //!   spawn THREADS FORKS READS  threads and forked children read /dev/zero
+//!   stall OP MS                the main thread waits MS ms in futex operation
+//!                              OP (wait, wait_bitset, lock_pi, lock_pi2,
+//!                              wait_requeue_pi, waitv) until a thread named
+//!                              "holder" wakes it or unlocks
 //!   idle                       nothing after the go signal
 //!
 //! Calls go straight to libc (no allocation, no std I/O) after the go
@@ -30,6 +34,121 @@ unsafe fn futex(word: *const u32, op: i32, val: u32, timeout: *const libc::times
     libc::syscall(libc::SYS_futex, word, op, val, timeout, 0usize, 0u32)
 }
 
+/// The futex words of `stall`.
+static WORD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+static PI: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+static HELD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+const PRIVATE: i32 = libc::FUTEX_PRIVATE_FLAG;
+const FUTEX_LOCK_PI2: i32 = 13;
+const SYS_FUTEX_WAITV: libc::c_long = 449;
+
+#[repr(C)]
+struct FutexWaitv {
+    val: u64,
+    uaddr: u64,
+    flags: u32,
+    reserved: u32,
+}
+
+fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// The main thread waits `ms` in futex operation `op` for the "holder".
+fn stall(op: &str, ms: u64) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let pi = matches!(op, "lock_pi" | "lock_pi2" | "wait_requeue_pi");
+    let op_owned = op.to_string();
+    let holder = std::thread::spawn(move || {
+        let name = CString::new("holder").unwrap();
+        // SAFETY: naming our own thread; raw futex calls on static words.
+        unsafe {
+            libc::prctl(libc::PR_SET_NAME, name.as_ptr());
+            if pi {
+                PI.store(gettid(), SeqCst); // take the PI lock, uncontended
+            }
+            HELD.store(1, SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            WORD.store(1, SeqCst);
+            match op_owned.as_str() {
+                "wait" | "waitv" => {
+                    futex(WORD.as_ptr(), libc::FUTEX_WAKE | PRIVATE, 1, std::ptr::null());
+                }
+                "wait_bitset" => {
+                    libc::syscall(
+                        libc::SYS_futex,
+                        WORD.as_ptr(),
+                        libc::FUTEX_WAKE_BITSET | PRIVATE,
+                        1,
+                        0usize,
+                        0usize,
+                        u32::MAX,
+                    );
+                }
+                "lock_pi" | "lock_pi2" => {
+                    futex(PI.as_ptr(), libc::FUTEX_UNLOCK_PI | PRIVATE, 0, std::ptr::null());
+                }
+                "wait_requeue_pi" => {
+                    // Wake one waiter onto PI (it can't take it: we hold it), then unlock.
+                    libc::syscall(
+                        libc::SYS_futex,
+                        WORD.as_ptr(),
+                        libc::FUTEX_CMP_REQUEUE_PI | PRIVATE,
+                        1,
+                        1usize,
+                        PI.as_ptr(),
+                        1u32,
+                    );
+                    futex(PI.as_ptr(), libc::FUTEX_UNLOCK_PI | PRIVATE, 0, std::ptr::null());
+                }
+                _ => {}
+            }
+        }
+    });
+    while HELD.load(SeqCst) == 0 {
+        std::thread::yield_now();
+    }
+    // SAFETY: raw futex calls on static words.
+    let ret = unsafe {
+        match op {
+            "wait" => futex(WORD.as_ptr(), libc::FUTEX_WAIT | PRIVATE, 0, std::ptr::null()),
+            "wait_bitset" => libc::syscall(
+                libc::SYS_futex,
+                WORD.as_ptr(),
+                libc::FUTEX_WAIT_BITSET | PRIVATE,
+                0,
+                0usize,
+                0usize,
+                u32::MAX,
+            ),
+            "lock_pi" => futex(PI.as_ptr(), libc::FUTEX_LOCK_PI | PRIVATE, 0, std::ptr::null()),
+            "lock_pi2" => futex(PI.as_ptr(), FUTEX_LOCK_PI2 | PRIVATE, 0, std::ptr::null()),
+            "wait_requeue_pi" => libc::syscall(
+                libc::SYS_futex,
+                WORD.as_ptr(),
+                libc::FUTEX_WAIT_REQUEUE_PI | PRIVATE,
+                0,
+                0usize,
+                PI.as_ptr(),
+                0u32,
+            ),
+            "waitv" => {
+                let w = FutexWaitv { val: 0, uaddr: WORD.as_ptr() as u64, flags: 2 | 128, reserved: 0 };
+                libc::syscall(SYS_FUTEX_WAITV, &w as *const FutexWaitv, 1u32, 0u32, 0usize, 0i32)
+            }
+            other => die(&format!("unknown futex op {other}")),
+        }
+    };
+    if ret != 0 {
+        die(&format!("futex {op} returned {ret}: {}", std::io::Error::last_os_error()));
+    }
+    // No join: pthread_join would add a futex wait of its own; _exit ends
+    // the holder.
+    drop(holder);
+}
+
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--name") {
@@ -51,6 +170,7 @@ fn main() {
     let (threads, forks, reads, wait_ms) = match mode.as_str() {
         "spawn" => (num(1), num(2), num(3), 0),
         "futex-wait" => (0, 0, 0, num(1)),
+        "stall" => (0, 0, 0, num(2)),
         "exact" | "idle" => (0, 0, 0, 0),
         other => die(&format!("unknown mode {other}")),
     };
@@ -155,6 +275,7 @@ fn main() {
                 libc::waitpid(pid, std::ptr::null_mut(), 0);
             }
         },
+        "stall" => stall(args.get(1).map(String::as_str).unwrap_or(""), wait_ms),
         _ => {}
     }
     let _ = (threads, forks, reads);
