@@ -78,7 +78,7 @@ shared_consts! {
     pub const EMIT_ERROR: u16 = 4;
     /// Why a call was sent: its size argument is at least large_size.
     pub const EMIT_LARGE_MAP: u16 = 8;
-    /// Why a call was sent: per-event mode (emit_all) is on.
+    /// Why a call was sent: its syscall is in probe_config.trace_mask (strace mode).
     pub const EMIT_TRACE: u16 = 16;
     /// Flag: the path did not fit in PATH_CAP bytes and was cut.
     pub const EMIT_PATH_TRUNCATED: u16 = 32;
@@ -96,6 +96,9 @@ shared_consts! {
     pub const TARGET_COMM: u32 = 2;
     /// target_processes value: processes it forks become targets too.
     pub const TARGET_FOLLOW_FORKS: u32 = 4;
+    /// target_processes value: only its threads listed in target_threads
+    /// are traced (strace without -f traces just the thread it was given).
+    pub const TARGET_THREADS_ONLY: u32 = 8;
 
     /// counters index: events the programs tried to send.
     pub const COUNTER_EVENTS_SENT: u32 = 0;
@@ -125,6 +128,8 @@ shared_consts! {
     pub const MAX_TARGET_COMMS: u32 = 256;
     /// max_entries of target_cgroups.
     pub const MAX_TARGET_CGROUPS: u32 = 256;
+    /// max_entries of target_threads.
+    pub const MAX_TARGET_THREADS: u32 = 4096;
     /// Deepest cgroup level a --cgroup target may have (bits of cgroup_levels).
     pub const MAX_CGROUP_LEVEL: u32 = 31;
     /// max_entries of syscall_stats (per-CPU, allocated on use).
@@ -137,6 +142,8 @@ shared_consts! {
     pub const MAX_FUTEX_WAKES: u32 = 16384;
     /// max_entries of file_classes (extensions with a class).
     pub const MAX_FILE_CLASS_EXTS: u32 = 256;
+    /// thread_state.aux_kind: aux holds a struct timespec.
+    pub const AUX_TIMESPEC: u16 = 1;
     /// Mask giving the futex command from its op argument (stats_key.variant).
     pub const FUTEX_CMD_MASK: u64 = 0x7f;
     /// Default ring buffer size in bytes (a power of two, multiple of the page size).
@@ -153,11 +160,13 @@ shared_struct! {
         pub cgroup_levels: u32,
         /// The daemon's own process, never traced.
         pub self_tgid: u32,
-        /// Non-zero: send every traced call as an event (strace mode).
-        pub emit_all: u32,
+        /// Bit per syscall index: every call of it is sent (strace mode).
+        pub trace_mask: u32,
         /// Bit per syscall index: failed calls of it are sent as events.
         pub error_event_mask: u32,
-        pub _pad: u32,
+        /// Non-zero: every call with a path argument is sent with its path
+        /// (the findings need every openat).
+        pub path_events: u32,
         /// Calls lasting at least this long are sent as events (0: never).
         pub slow_call_ns: u64,
         /// Calls of a syscall with large_events whose size argument is at
@@ -176,6 +185,9 @@ shared_struct! {
         pub start_ns: u64,
         /// The six raw argument registers at entry.
         pub args: [u64; 6],
+        /// User memory an argument points to, read at entry in strace mode:
+        /// a futex wait's timeout (struct timespec).
+        pub aux: [u64; 2],
         /// Syscall index of the call in progress.
         pub syscall: u16,
         /// Non-zero between a traced entry and its exit.
@@ -184,6 +196,9 @@ shared_struct! {
         pub path_flags: u16,
         /// Length of path without its NUL, 0 if none.
         pub path_len: u16,
+        /// What aux holds: 0 nothing, AUX_TIMESPEC.
+        pub aux_kind: u16,
+        pub _pad: [u16; 3],
         /// Path argument read at entry (openat), NUL terminated.
         pub path: [u8; 256],
     }
@@ -273,7 +288,10 @@ shared_struct! {
         pub class: u16,
         /// The inode's i_mode (file type and permissions).
         pub mode: u16,
-        pub _pad: u32,
+        /// Its device (s_dev).
+        pub dev: u32,
+        /// Its inode number.
+        pub ino: u64,
     }
 }
 
@@ -349,15 +367,21 @@ shared_struct! {
         pub reasons: u16,
         /// Length of the path that follows (EVENT_SYSCALL_PATH), without NUL.
         pub path_len: u16,
-        /// FILE_CLASS_* of the file involved (openat's result, read's or
-        /// mmap's descriptor), when known.
+        /// FILE_CLASS_* of the file involved (openat's result, the descriptor
+        /// of read, close or mmap), when known.
         pub file_class: u16,
         /// Futex waits: the thread whose wake ended the wait, 0 if unknown.
         pub waker_tid: u32,
         /// i_mode of the file involved, 0 if unknown (tells files from
         /// pipes, sockets, devices).
         pub file_mode: u16,
-        pub _pad: u16,
+        /// What aux holds: 0 nothing, AUX_TIMESPEC.
+        pub aux_kind: u16,
+        /// Device of the file involved (its superblock's s_dev), 0 if unknown.
+        pub file_dev: u32,
+        pub _pad: u32,
+        /// Inode number of the file involved, 0 if unknown.
+        pub file_ino: u64,
         /// Duration from entry to exit in nanoseconds.
         pub duration_ns: u64,
         /// Raw return value (negative errno on failure).
@@ -370,6 +394,8 @@ shared_struct! {
         pub process_comm: [u8; 16],
         /// Futex waits: the name of waker_tid's thread, when known.
         pub waker_comm: [u8; 16],
+        /// thread_state.aux of the call (strace mode).
+        pub aux: [u64; 2],
     }
 }
 
@@ -535,11 +561,11 @@ pub fn comm_bytes(name: &str) -> [u8; COMM_LEN] {
 // The sizes the ring buffer reader relies on. The programs and the daemon
 // are built together from these definitions; kind numbers are never reused.
 const _: () = assert!(core::mem::size_of::<EventHeader>() == 24);
-const _: () = assert!(core::mem::size_of::<SyscallEvent>() == 152);
-const _: () = assert!(core::mem::size_of::<SyscallPathEvent>() == 152 + PATH_CAP);
+const _: () = assert!(core::mem::size_of::<SyscallEvent>() == 184);
+const _: () = assert!(core::mem::size_of::<SyscallPathEvent>() == 184 + PATH_CAP);
 const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<SyscallStats>() == 8 * (5 + LATENCY_BUCKETS + SIZE_BUCKETS));
-const _: () = assert!(core::mem::size_of::<ThreadState>() == 64 + PATH_CAP);
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 88 + PATH_CAP);
 
 #[cfg(test)]
 mod tests {

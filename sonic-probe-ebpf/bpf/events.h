@@ -14,6 +14,8 @@ struct call_info {
 	__u16 reasons;
 	__u16 file_class;
 	__u16 file_mode;
+	__u32 file_dev;
+	__u64 file_ino;
 };
 
 static __always_inline void fill_call(struct syscall_event *ev, const struct thread_state *st,
@@ -32,20 +34,27 @@ static __always_inline void fill_call(struct syscall_event *ev, const struct thr
 		__builtin_memset(ev->waker_comm, 0, SP_COMM_LEN);
 	}
 	ev->file_mode = c->file_mode;
+	ev->file_dev = c->file_dev;
+	ev->file_ino = c->file_ino;
 	ev->_pad = 0;
 	ev->duration_ns = c->duration_ns;
 	ev->ret = c->ret;
 	for (int i = 0; i < 6; i++)
 		ev->args[i] = st->args[i];
+	ev->aux[0] = st->aux[0];
+	ev->aux[1] = st->aux[1];
+	ev->aux_kind = st->aux_kind;
 	bpf_get_current_comm(ev->thread_comm, SP_COMM_LEN);
 	__builtin_memcpy(ev->process_comm, key->comm, SP_COMM_LEN);
 }
 
+/* with_path: the call has a path argument; it is sent along. */
 static __always_inline void emit_call(const struct thread_state *st, const struct stats_key *key,
-				      const struct call_info *c)
+				      struct call_info *c, bool with_path)
 {
 	count(SP_COUNTER_EVENTS_SENT);
-	if (c->reasons & SP_EMIT_PATH) {
+	if (with_path) {
+		c->reasons |= SP_EMIT_PATH;
 		struct syscall_path_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
 		if (!ev) {
 			count(SP_COUNTER_DROP_RINGBUF);

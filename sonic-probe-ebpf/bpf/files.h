@@ -14,17 +14,24 @@
  */
 #pragma once
 
-/* i_mode of a process's descriptor, 0 if it is not open. */
-static __always_inline __u16 fd_mode(struct task_struct *task, __u32 fd)
+/* Fills the inode type, device and number of a process's descriptor;
+ * returns false (leaving them 0) if it is not open. */
+static __always_inline bool fd_inode(struct task_struct *task, __u32 fd, struct open_file *out)
 {
 	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
 	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
-		return 0;
+		return false;
 	struct file **fds = BPF_CORE_READ(fdt, fd);
 	struct file *f = NULL;
 	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
-		return 0;
-	return BPF_CORE_READ(f, f_inode, i_mode);
+		return false;
+	struct inode *inode = BPF_CORE_READ(f, f_inode);
+	if (!inode)
+		return false;
+	out->mode = BPF_CORE_READ(inode, i_mode);
+	out->ino = BPF_CORE_READ(inode, i_ino);
+	out->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	return true;
 }
 
 /* FILE_CLASS_* of the path captured at openat entry, by its extension. */
@@ -70,7 +77,7 @@ static __always_inline void track_open(struct task_struct *task, __u32 tgid, __u
 	struct file_key key = { .tgid = tgid, .fd = fd };
 
 	out->opened_ns = st->start_ns;
-	out->mode = fd_mode(task, fd);
+	fd_inode(task, fd, out);
 	out->class = S_ISREG(out->mode) ? class_of_path(st) : SP_FILE_CLASS_NOT_FILE;
 	if (bpf_map_update_elem(&open_files, &key, out, BPF_ANY))
 		count(SP_COUNTER_DROP_OPEN_FILES);
@@ -85,8 +92,7 @@ static __always_inline struct open_file *lookup_fd(struct task_struct *task, __u
 	if (of)
 		return of;
 	struct open_file fresh = {};
-	fresh.mode = fd_mode(task, fd);
-	if (!fresh.mode)
+	if (!fd_inode(task, fd, &fresh))
 		return NULL;
 	fresh.class = S_ISREG(fresh.mode) ? SP_FILE_CLASS_OTHER : SP_FILE_CLASS_NOT_FILE;
 	if (bpf_map_update_elem(&open_files, &key, &fresh, BPF_NOEXIST)) {

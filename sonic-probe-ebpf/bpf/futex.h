@@ -14,6 +14,13 @@ static __always_inline bool futex_cmd_wakes(__u32 cmd)
 	       cmd == FUTEX_CMP_REQUEUE_PI;
 }
 
+/* Commands whose fourth argument points to a struct timespec. */
+static __always_inline bool futex_cmd_has_timeout(__u32 cmd)
+{
+	return cmd == FUTEX_WAIT || cmd == FUTEX_WAIT_BITSET || cmd == FUTEX_LOCK_PI ||
+	       cmd == FUTEX_LOCK_PI2 || cmd == FUTEX_WAIT_REQUEUE_PI;
+}
+
 static __always_inline void note_wake(__u32 tgid, __u64 uaddr, __u32 tid, __u64 now)
 {
 	struct futex_wake_key key = { .tgid = tgid, .uaddr = uaddr };

@@ -29,6 +29,14 @@ struct {
 	__type(value, __u32);
 } target_comms SEC(".maps");
 
+/* tid -> 1: the threads of TARGET_THREADS_ONLY processes that are traced */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_MAX_TARGET_THREADS);
+	__type(key, __u32);
+	__type(value, __u32);
+} target_threads SEC(".maps");
+
 /* cgroup v2 id -> 1 */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -61,7 +61,7 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	if (!cfg)
 		return 0;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if (!is_target(cfg, pid_tgid >> 32))
+	if (!is_target_thread(cfg, pid_tgid))
 		return 0;
 
 	struct task_struct *task = bpf_get_current_task_btf();
@@ -85,10 +85,19 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	st->syscall = idx;
 	st->path_len = 0;
 	st->path_flags = 0;
+	st->aux_kind = 0;
 
 	int parg = sp_syscall_path_arg(idx);
 	if (parg >= 0 && parg < 6)
 		read_path(st, st->args[parg]);
+	/* strace mode names the file a close closes: look at it while it is open. */
+	if (idx == SP_SYSCALL_CLOSE && (cfg->trace_mask & (1u << idx)))
+		lookup_fd(task, pid_tgid >> 32, st->args[0]);
+	/* strace mode prints a futex wait's timeout: read it while it is there. */
+	if (idx == SP_SYSCALL_FUTEX && (cfg->trace_mask & (1u << idx)) && st->args[3] &&
+	    futex_cmd_has_timeout(st->args[1] & SP_FUTEX_CMD_MASK) &&
+	    !bpf_probe_read_user(st->aux, sizeof(st->aux), (const void *)st->args[3]))
+		st->aux_kind = SP_AUX_TIMESPEC;
 
 	st->active = 1;
 	/* Last, so that our own work above is not part of the call's time. */
@@ -96,6 +105,15 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	if (idx == SP_SYSCALL_FUTEX)
 		futex_enter(st, pid_tgid, st->start_ns);
 	return 0;
+}
+
+/* The event names the file the call worked on. */
+static __always_inline void describe_file(struct call_info *c, const struct open_file *of)
+{
+	c->file_class = of->class;
+	c->file_mode = of->mode;
+	c->file_dev = of->dev;
+	c->file_ino = of->ino;
 }
 
 SEC("tp_btf/sys_exit")
@@ -149,20 +167,19 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		struct open_file *of = lookup_fd(task, tgid, st->args[0]);
 		if (of) {
 			account_read(of, sample.size, ret, cfg);
-			c.file_class = of->class;
-			c.file_mode = of->mode;
+			describe_file(&c, of);
 		}
 		key.variant = c.file_class;
 	} else if (idx == SP_SYSCALL_OPENAT && !failed) {
 		struct open_file of = {};
 		track_open(task, tgid, ret, st, &of);
-		c.file_class = of.class;
-		c.file_mode = of.mode;
+		describe_file(&c, &of);
 		key.variant = c.file_class;
 	} else if (idx == SP_SYSCALL_CLOSE && !failed) {
 		struct file_key fk = { .tgid = tgid, .fd = st->args[0] };
 		struct open_file *of = bpf_map_lookup_elem(&open_files, &fk);
 		if (of) {
+			describe_file(&c, of);
 			if (of->opened_ns && S_ISREG(of->mode))
 				emit_file_close(c.pid_tgid, fk.fd, of);
 			bpf_map_delete_elem(&open_files, &fk);
@@ -173,9 +190,9 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	if (failed)
 		add_error(&key, ret);
 
-	if (cfg->emit_all)
+	if (cfg->trace_mask & (1u << idx))
 		c.reasons |= SP_EMIT_TRACE;
-	if (sp_syscall_path_arg(idx) >= 0)
+	if (cfg->path_events && sp_syscall_path_arg(idx) >= 0)
 		c.reasons |= SP_EMIT_PATH;
 	if (cfg->slow_call_ns && c.duration_ns >= cfg->slow_call_ns)
 		c.reasons |= SP_EMIT_SLOW;
@@ -189,14 +206,11 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	if (idx == SP_SYSCALL_FUTEX || idx == SP_SYSCALL_FUTEX_WAITV)
 		c.waker = futex_waker(st, idx, ret, tgid);
 	if (idx == SP_SYSCALL_MMAP && !(st->args[3] & MAP_ANONYMOUS)) {
-		struct file_key fk = { .tgid = tgid, .fd = st->args[4] };
-		struct open_file *of = bpf_map_lookup_elem(&open_files, &fk);
-		if (of) {
-			c.file_class = of->class;
-			c.file_mode = of->mode;
-		}
+		struct open_file *of = lookup_fd(task, tgid, st->args[4]);
+		if (of)
+			describe_file(&c, of);
 	}
-	emit_call(st, &key, &c);
+	emit_call(st, &key, &c, sp_syscall_path_arg(idx) >= 0);
 	return 0;
 }
 

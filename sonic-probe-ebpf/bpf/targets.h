@@ -18,7 +18,28 @@ static __always_inline bool in_target_cgroup(__u32 levels)
 	return false;
 }
 
-/* Cheapest checks first. */
+/* Is thread pid_tgid traced? Cheapest checks first. */
+static __always_inline bool is_target_thread(const struct probe_config *cfg, __u64 pid_tgid)
+{
+	__u32 tgid = pid_tgid >> 32;
+
+	if (tgid == cfg->self_tgid)
+		return false;
+	if (!(cfg->filter_flags & SP_FILTER_TARGETS))
+		return true;
+	__u32 *flags = bpf_map_lookup_elem(&target_processes, &tgid);
+	if (flags) {
+		if (!(*flags & SP_TARGET_THREADS_ONLY))
+			return true;
+		__u32 tid = (__u32)pid_tgid;
+		return bpf_map_lookup_elem(&target_threads, &tid) != NULL;
+	}
+	if (cfg->filter_flags & SP_FILTER_CGROUPS)
+		return in_target_cgroup(cfg->cgroup_levels);
+	return false;
+}
+
+/* Is process tgid (any of its threads) traced? */
 static __always_inline bool is_target(const struct probe_config *cfg, __u32 tgid)
 {
 	if (tgid == cfg->self_tgid)

@@ -95,8 +95,14 @@ struct signal_struct {
 	atomic_t live;
 };
 
+struct super_block {
+	unsigned int s_dev;
+};
+
 struct inode {
 	unsigned short i_mode;
+	unsigned long i_ino;
+	struct super_block *i_sb;
 };
 
 struct file {

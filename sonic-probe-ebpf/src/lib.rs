@@ -52,6 +52,7 @@ pub const PROGRAMS: &[ProgramSpec] = &[
 pub mod maps {
     pub const CONFIG: &str = "config";
     pub const TARGET_PROCESSES: &str = "target_processes";
+    pub const TARGET_THREADS: &str = "target_threads";
     pub const TARGET_COMMS: &str = "target_comms";
     pub const TARGET_CGROUPS: &str = "target_cgroups";
     pub const THREAD_STATES: &str = "thread_states";

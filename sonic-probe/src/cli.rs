@@ -35,9 +35,68 @@ pub enum Command {
     /// Without targets every process on the host is watched. Targets combine
     /// as a union: a process is watched if any of them matches.
     Run(RunArgs),
+    /// Trace system calls like strace, at eBPF cost.
+    ///
+    /// One line per call in strace's format, from the kernel's exact events.
+    /// Buffers are not captured: read's data and futex_waitv's array are
+    /// printed as their address. -c prints strace's summary table from the
+    /// kernel's counts; its times are wall-clock durations (like strace -c -w).
+    #[command(
+        override_usage = "sonic-probe trace [-f] [-T] [-t|-tt|-ttt] [-y] [-e trace=LIST] [-o FILE] [-c] (-p PID[,PID...] | -- COMMAND [ARGS...])"
+    )]
+    Trace(TraceArgs),
     /// Print the findings of a running `sonic-probe run`: futex stalls,
     /// repeated opens, small reads, mmap churn, syscall errors.
     Findings(FindingsArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TraceArgs {
+    /// Follow threads and the processes the traced ones fork (with -p: all
+    /// threads of the process); lines start with the thread id.
+    #[arg(short = 'f')]
+    pub follow: bool,
+
+    /// Print each call's duration, <seconds.micros>, at the end of its line.
+    #[arg(short = 'T')]
+    pub durations: bool,
+
+    /// Print the time of day each call started: -t seconds, -tt
+    /// microseconds, -ttt seconds since the epoch.
+    #[arg(short = 't', action = clap::ArgAction::Count)]
+    pub time: u8,
+
+    /// Print the paths of descriptors: read(3</etc/hostname>, ...).
+    #[arg(short = 'y')]
+    pub paths: bool,
+
+    /// Which calls: trace=LIST (or just LIST), LIST a comma-separated subset
+    /// of futex,openat,read,mmap,munmap,close,futex_waitv, or all (the default).
+    #[arg(short = 'e', value_name = "EXPR")]
+    pub expr: Vec<String>,
+
+    /// Write the trace (or the -c table) to FILE instead of stderr.
+    #[arg(short = 'o', value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
+
+    /// Count calls, errors and time per syscall and print strace's summary
+    /// table at the end instead of every call.
+    #[arg(short = 'c')]
+    pub summary: bool,
+
+    /// Trace these running processes (threads; with -f their processes).
+    /// Comma-separated or repeated.
+    #[arg(short = 'p', value_name = "PID[,PID...]")]
+    pub pids: Vec<String>,
+
+    /// Size of the BPF ring buffer the calls come through (a power of two).
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_size)]
+    pub ringbuf_size: u64,
+
+    /// The command to start and trace (after --); sonic-probe exits with its
+    /// exit status.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -172,11 +231,12 @@ pub fn main() -> ExitCode {
     };
     init_logging(&cli.log_level);
     let result = match cli.command {
-        Command::Run(args) => crate::daemon::run(args),
-        Command::Findings(args) => crate::client::run(&args.url, args.json),
+        Command::Run(args) => crate::daemon::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Trace(args) => crate::trace::run(args),
+        Command::Findings(args) => crate::client::run(&args.url, args.json).map(|()| ExitCode::SUCCESS),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("sonic-probe: error: {}", one_line(&e));
             e.exit_code()

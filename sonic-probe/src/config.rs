@@ -113,7 +113,7 @@ fn check_max_comms(n: usize) -> Result<usize> {
     Ok(n)
 }
 
-fn check_ringbuf_size(bytes: u64) -> Result<u32> {
+pub fn check_ringbuf_size(bytes: u64) -> Result<u32> {
     if !(MIN_RINGBUF_BYTES..=MAX_RINGBUF_BYTES).contains(&bytes) || !bytes.is_power_of_two() {
         return Err(Error::usage(format!(
             "--ringbuf-size {bytes}: must be a power of two between 4KiB and 1GiB"

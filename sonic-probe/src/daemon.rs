@@ -64,11 +64,11 @@ pub fn probe_config(config: &RunConfig) -> ProbeConfig {
         filter_flags: config.targets.filter_flags(),
         cgroup_levels: config.targets.cgroup_levels(),
         self_tgid: std::process::id(),
-        emit_all: 0,
+        trace_mask: 0,
         // Failed futex calls (EAGAIN, ETIMEDOUT, EINTR) are ordinary control
         // flow and frequent: counted, not sent one by one.
         error_event_mask: mask_of(SYSCALLS.iter().map(|s| s.index).filter(|&i| i != FUTEX)),
-        _pad: 0,
+        path_events: 1,
         slow_call_ns: u64::try_from(config.kernel_slow_threshold().as_nanos()).unwrap_or(u64::MAX),
         large_size: config.large_map_bytes,
         small_size: config.small_read_bytes,
@@ -166,13 +166,14 @@ async fn serve(config: RunConfig) -> Result<()> {
     Ok(())
 }
 
-struct ShutdownSignals {
+/// SIGINT and SIGTERM, handled from the moment this is made.
+pub(crate) struct ShutdownSignals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
 }
 
 impl ShutdownSignals {
-    fn new() -> Result<Self> {
+    pub(crate) fn new() -> Result<Self> {
         Ok(ShutdownSignals {
             term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
             int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
@@ -180,6 +181,11 @@ impl ShutdownSignals {
     }
 
     async fn wait(mut self) -> &'static str {
+        self.wait_ref().await
+    }
+
+    /// The next signal (cancel-safe: usable in a select loop).
+    pub(crate) async fn wait_ref(&mut self) -> &'static str {
         tokio::select! {
             _ = self.term.recv() => "SIGTERM",
             _ = self.int.recv() => "SIGINT",

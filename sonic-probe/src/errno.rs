@@ -31,15 +31,20 @@ pub fn name(errno: u16) -> String {
     }
 }
 
-/// The description strace prints after the name.
-pub fn description(errno: u16) -> &'static str {
+/// The description strace prints after the name: the C library's
+/// strerror text ("No such file or directory").
+pub fn description(errno: u16) -> String {
     if let Some((_, _, d)) = KERNEL_INTERNAL.iter().find(|(v, _, _)| *v == errno) {
-        return d;
+        return (*d).to_string();
     }
-    match Errno::from_raw(i32::from(errno)) {
-        Errno::UnknownErrno => "Unknown error",
-        e => e.desc(),
+    let mut buf = [0u8; 128];
+    // SAFETY: strerror_r writes at most buf.len() bytes, NUL terminated.
+    let rc = unsafe { libc::strerror_r(i32::from(errno), buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return format!("Unknown error {errno}");
     }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 #[cfg(test)]
@@ -60,6 +65,8 @@ mod tests {
     #[test]
     fn descriptions() {
         assert_eq!(description(2), "No such file or directory");
+        assert_eq!(description(9), "Bad file descriptor");
+        assert_eq!(description(11), "Resource temporarily unavailable");
         assert_eq!(description(512), "To be restarted if SA_RESTART is set");
     }
 }

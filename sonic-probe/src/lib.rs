@@ -25,3 +25,4 @@ pub mod probe;
 pub mod procfs;
 pub mod stats;
 pub mod targets;
+pub mod trace;

@@ -107,6 +107,7 @@ impl Probe {
     pub fn take_targets(&mut self) -> Result<TargetMaps, ProbeError> {
         TargetMaps::new(
             take(&mut self.ebpf, maps::TARGET_PROCESSES)?,
+            take(&mut self.ebpf, maps::TARGET_THREADS)?,
             take(&mut self.ebpf, maps::TARGET_COMMS)?,
             take(&mut self.ebpf, maps::TARGET_CGROUPS)?,
         )

@@ -14,17 +14,24 @@ use crate::{procfs, targets::Targets};
 
 pub struct TargetMaps {
     processes: HashMap<MapData, u32, u32>,
+    threads: HashMap<MapData, u32, u32>,
     comms: HashMap<MapData, CommKey, u32>,
     cgroups: HashMap<MapData, u64, u32>,
 }
 
 impl TargetMaps {
-    pub(super) fn new(processes: Map, comms: Map, cgroups: Map) -> Result<Self, ProbeError> {
+    pub(super) fn new(processes: Map, threads: Map, comms: Map, cgroups: Map) -> Result<Self, ProbeError> {
         Ok(TargetMaps {
             processes: HashMap::try_from(processes).map_err(map_err(maps::TARGET_PROCESSES))?,
+            threads: HashMap::try_from(threads).map_err(map_err(maps::TARGET_THREADS))?,
             comms: HashMap::try_from(comms).map_err(map_err(maps::TARGET_COMMS))?,
             cgroups: HashMap::try_from(cgroups).map_err(map_err(maps::TARGET_CGROUPS))?,
         })
+    }
+
+    /// Traces thread `tid` of a process entered with TARGET_THREADS_ONLY.
+    pub fn add_thread(&mut self, tid: u32) -> Result<(), ProbeError> {
+        self.threads.insert(tid, 1, 0).map_err(map_err(maps::TARGET_THREADS))
     }
 
     /// Adds `flags` to a process's TARGET_* flags.
