@@ -19,9 +19,9 @@ use crate::config::{parse_duration, parse_listen, parse_size};
 )]
 pub struct Cli {
     /// Log filter (error, warn, info, debug, trace, or a tracing directive).
-    /// RUST_LOG overrides it.
-    #[arg(long, global = true, default_value = "info", value_name = "FILTER")]
-    pub log_level: String,
+    /// RUST_LOG overrides it. [default: info]
+    #[arg(long, global = true, value_name = "FILTER")]
+    pub log_level: Option<String>,
 
     #[command(subcommand)]
     pub command: Command,
@@ -45,6 +45,10 @@ pub enum Command {
         override_usage = "sonic-probe trace [-f] [-T] [-t|-tt|-ttt] [-y] [-e trace=LIST] [-o FILE] [-c] (-p PID[,PID...] | -- COMMAND [ARGS...])"
     )]
     Trace(TraceArgs),
+    /// Check a config file (and the command line options given with it):
+    /// every key, value, target; with --attach also load and attach the BPF
+    /// programs, then detach them.
+    CheckConfig(CheckConfigArgs),
     /// Print the findings of a running `sonic-probe run`: futex stalls,
     /// repeated opens, small reads, mmap churn, syscall errors.
     Findings(FindingsArgs),
@@ -100,6 +104,18 @@ pub struct TraceArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+pub struct CheckConfigArgs {
+    /// The config file to check.
+    #[arg(long, value_name = "FILE", default_value = "/etc/sonic-probe/config.toml")]
+    pub config: std::path::PathBuf,
+
+    /// Also load, verify and attach the BPF programs, then detach (needs the
+    /// privileges of `run`).
+    #[arg(long)]
+    pub attach: bool,
+}
+
+#[derive(Args, Debug, Clone)]
 pub struct FindingsArgs {
     /// The daemon's HTTP address (its --listen).
     #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:9580")]
@@ -110,115 +126,125 @@ pub struct FindingsArgs {
     pub json: bool,
 }
 
-#[derive(Args, Debug, Clone)]
+/// `sonic-probe run`'s options. Each is also a key of the config file
+/// (same name, `-` written `_`); a flag given here overrides the file.
+/// Defaults are applied in config.rs, after merging.
+#[derive(Args, Debug, Clone, Default)]
 pub struct RunArgs {
+    /// Read options from this TOML file (see deploy/config.toml); flags
+    /// given on the command line override it. SIGHUP re-reads it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+
     /// Watch this process: all its threads, and the processes it forks after
     /// attach (like strace -f). A thread id selects its whole process.
     /// Repeatable.
-    #[arg(long = "pid", value_name = "PID", allow_negative_numbers = true)]
-    pub pids: Vec<i64>,
+    #[arg(long, value_name = "PID", allow_negative_numbers = true)]
+    pub pid: Vec<i64>,
 
     /// Watch processes with this name (the thread-group leader's comm, at
     /// most 15 bytes), those running now and those that exec later.
     /// Repeatable.
-    #[arg(long = "comm", value_name = "NAME")]
-    pub comms: Vec<String>,
+    #[arg(long, value_name = "NAME")]
+    pub comm: Vec<String>,
 
     /// Watch processes in this cgroup v2 directory or below it: an absolute
     /// path (/sys/fs/cgroup/system.slice/x.service) or one relative to the
     /// cgroup2 mount (system.slice/x.service). Repeatable.
-    #[arg(long = "cgroup", value_name = "PATH")]
-    pub cgroups: Vec<String>,
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Vec<String>,
 
-    /// Address of the HTTP server (/metrics, /healthz). Port 0 picks a free
-    /// port; the ready log line says which.
-    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9580", value_parser = parse_listen)]
-    pub listen: std::net::SocketAddr,
+    /// Address of the HTTP server (/metrics, /findings, /healthz). Port 0
+    /// picks a free port; the ready log line says which.
+    /// [default: 127.0.0.1:9580]
+    #[arg(long, value_name = "ADDR:PORT", value_parser = parse_listen)]
+    pub listen: Option<std::net::SocketAddr>,
 
     /// Calls lasting at least this long are sent to user space one by one
-    /// (slow-call events). Counts and histograms do not depend on it.
-    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_duration)]
-    pub slow_threshold: std::time::Duration,
+    /// (slow-call events, logged at debug level). [default: 100ms]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub slow_threshold: Option<std::time::Duration>,
 
     /// mmap/munmap calls of at least this size are large: sent to user space
     /// one by one, and the size of an mmap_churn cycle. Accepts B, KiB, MiB,
-    /// GiB (and K, M, G).
-    #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = parse_size)]
-    pub large_map_threshold: u64,
+    /// GiB (and K, M, G). [default: 16MiB]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub large_map_threshold: Option<u64>,
 
     /// Reads from files asking for fewer bytes than this are small reads
-    /// (sonic_probe_small_reads_total, the small_reads finding).
-    #[arg(long, value_name = "SIZE", default_value = "4KiB", value_parser = parse_size)]
-    pub small_read_threshold: u64,
+    /// (sonic_probe_small_reads_total, the small_reads finding). [default: 4KiB]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub small_read_threshold: Option<u64>,
 
     /// Distinct process names exported as their own `comm` label; further
-    /// names are exported as comm="other".
-    #[arg(long, value_name = "N", default_value_t = 256)]
-    pub max_comms: usize,
+    /// names are exported as comm="other". [default: 256]
+    #[arg(long, value_name = "N")]
+    pub max_comms: Option<usize>,
 
     /// Size of the BPF ring buffer that carries per-call events: a power of
     /// two, at least 4KiB. Losses are counted in
-    /// sonic_probe_events_dropped_total{stage="ringbuf"}.
-    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = parse_size)]
-    pub ringbuf_size: u64,
+    /// sonic_probe_events_dropped_total{stage="ringbuf"}. [default: 4MiB]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub ringbuf_size: Option<u64>,
 
     /// Futex waits of a request thread lasting at least this long are
-    /// stalls (the futex_stall finding; see README, diagnoses).
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
-    pub stall_threshold: std::time::Duration,
+    /// stalls (the futex_stall finding; see README, diagnoses). [default: 1s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub stall_threshold: Option<std::time::Duration>,
 
     /// Threads whose name matches this glob are request threads too (the
     /// main thread of a process always is). Repeatable.
-    #[arg(long = "stall-thread", value_name = "PATTERN")]
-    pub stall_threads: Vec<String>,
+    #[arg(long, value_name = "PATTERN")]
+    pub stall_thread: Vec<String>,
 
     /// Threads whose name matches this glob are never reported as stalled.
     /// Repeatable.
-    #[arg(long = "stall-ignore-thread", value_name = "PATTERN")]
-    pub stall_ignore_threads: Vec<String>,
+    #[arg(long, value_name = "PATTERN")]
+    pub stall_ignore_thread: Vec<String>,
 
     /// A path opened this many times by one process within
-    /// --repeated-open-window is a repeated_open finding.
-    #[arg(long, value_name = "N", default_value_t = 3)]
-    pub repeated_open_count: u64,
+    /// --repeated-open-window is a repeated_open finding. [default: 3]
+    #[arg(long, value_name = "N")]
+    pub repeated_open_count: Option<u64>,
 
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
-    /// Window of --repeated-open-count.
-    pub repeated_open_window: std::time::Duration,
+    /// Window of --repeated-open-count. [default: 60s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub repeated_open_window: Option<std::time::Duration>,
 
     /// A file read with at least this many small reads is a small_reads
-    /// finding (see --small-read-threshold).
-    #[arg(long, value_name = "N", default_value_t = 8)]
-    pub small_read_min_count: u64,
+    /// finding (see --small-read-threshold). [default: 8]
+    #[arg(long, value_name = "N")]
+    pub small_read_min_count: Option<u64>,
 
     /// A mapping of at least --large-map-threshold unmapped within this long
-    /// of being mapped is one churn cycle.
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
-    pub churn_window: std::time::Duration,
+    /// of being mapped is one churn cycle. [default: 60s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub churn_window: Option<std::time::Duration>,
 
     /// Cycles of one size (and file) in one process that make an
-    /// mmap_churn finding.
-    #[arg(long, value_name = "N", default_value_t = 2)]
-    pub churn_cycles: u64,
+    /// mmap_churn finding. [default: 2]
+    #[arg(long, value_name = "N")]
+    pub churn_cycles: Option<u64>,
 
     /// Paths (globs) never reported by repeated_open, small_reads and, as
     /// failing openat paths, syscall_errors; added to the defaults
     /// (/proc/*, /sys/*, /dev/*, /etc/ld.so.cache, *.so, *.so.*,
     /// /usr/lib/locale/*, */pybuilddir.txt, */pyvenv.cfg, *._pth). Repeatable.
-    #[arg(long = "ignore-path", value_name = "GLOB")]
-    pub ignore_paths: Vec<String>,
+    #[arg(long, value_name = "GLOB")]
+    pub ignore_path: Vec<String>,
 
-    /// A finding not seen again for this long is dropped.
-    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
-    pub findings_window: std::time::Duration,
+    /// A finding not seen again for this long is dropped. [default: 10m]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub findings_window: Option<std::time::Duration>,
 
-    /// Findings kept per kind (the oldest go first).
-    #[arg(long, value_name = "N", default_value_t = 1000)]
-    pub max_findings: usize,
+    /// Findings kept per kind (the least recently seen go first). [default: 1000]
+    #[arg(long, value_name = "N")]
+    pub max_findings: Option<usize>,
 
     /// Turn on the kernel's BPF run-time statistics while running (like
     /// sysctl kernel.bpf_stats_enabled=1) to export
-    /// sonic_probe_bpf_program_run_seconds_total. Costs ~20 ns per program run.
+    /// sonic_probe_bpf_program_run_seconds_total. Costs ~20 ns per program
+    /// run, and needs CAP_SYS_ADMIN.
     #[arg(long)]
     pub bpf_stats: bool,
 }
@@ -229,10 +255,14 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
-    init_logging(&cli.log_level);
+    if !matches!(cli.command, Command::Run(_)) {
+        init_logging(cli.log_level.as_deref().unwrap_or("info"));
+    }
     let result = match cli.command {
-        Command::Run(args) => crate::daemon::run(args).map(|()| ExitCode::SUCCESS),
+        // run reads its log level from the config file too.
+        Command::Run(args) => crate::daemon::run(args, cli.log_level).map(|()| ExitCode::SUCCESS),
         Command::Trace(args) => crate::trace::run(args),
+        Command::CheckConfig(args) => crate::daemon::check_config(&args).map(|()| ExitCode::SUCCESS),
         Command::Findings(args) => crate::client::run(&args.url, args.json).map(|()| ExitCode::SUCCESS),
     };
     match result {
@@ -262,7 +292,7 @@ fn usage_error(e: clap::Error) -> ExitCode {
 }
 
 /// The error and its causes on one line.
-fn one_line(e: &crate::error::Error) -> String {
+pub(crate) fn one_line(e: &crate::error::Error) -> String {
     match e {
         crate::error::Error::Usage(m) => m.clone(),
         crate::error::Error::Runtime(e) => {
@@ -282,7 +312,7 @@ fn one_line(e: &crate::error::Error) -> String {
     }
 }
 
-fn init_logging(filter: &str) {
+pub(crate) fn init_logging(filter: &str) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(filter))
@@ -292,7 +322,8 @@ fn init_logging(filter: &str) {
         .with_writer(std::io::stderr)
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .try_init()
+        .ok();
 }
 
 #[cfg(test)]
@@ -306,14 +337,17 @@ mod tests {
     }
 
     #[test]
-    fn run_defaults() {
+    fn run_flags_default_to_unset() {
         let cli = Cli::try_parse_from(["sonic-probe", "run"]).unwrap();
         let Command::Run(a) = cli.command else { panic!("not run") };
-        assert!(a.pids.is_empty() && a.comms.is_empty() && a.cgroups.is_empty());
-        assert_eq!(a.listen.to_string(), "127.0.0.1:9580");
-        assert_eq!(a.slow_threshold, std::time::Duration::from_millis(100));
-        assert_eq!(a.large_map_threshold, 16 << 20);
-        assert_eq!(a.ringbuf_size, 4 << 20);
+        assert!(a.pid.is_empty() && a.comm.is_empty() && a.cgroup.is_empty());
+        assert!(a.listen.is_none() && a.slow_threshold.is_none() && a.config.is_none());
+        let cli =
+            Cli::try_parse_from(["sonic-probe", "run", "--listen", "0.0.0.0:1", "--pid", "5", "--pid", "6"])
+                .unwrap();
+        let Command::Run(a) = cli.command else { panic!("not run") };
+        assert_eq!(a.listen.unwrap().port(), 1);
+        assert_eq!(a.pid, vec![5, 6]);
     }
 
     #[test]

@@ -9,10 +9,64 @@ use std::{net::SocketAddr, time::Duration};
 
 use crate::{
     cli::RunArgs,
+    config_file::FileOptions,
     error::{Error, Result},
     findings::Settings,
     targets::Targets,
 };
+
+/// Defaults of the options (also written in their --help).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9580";
+pub const DEFAULT_SLOW_THRESHOLD: Duration = Duration::from_millis(100);
+pub const DEFAULT_LARGE_MAP_THRESHOLD: u64 = 16 << 20;
+pub const DEFAULT_SMALL_READ_THRESHOLD: u64 = 4 << 10;
+pub const DEFAULT_MAX_COMMS: usize = 256;
+pub const DEFAULT_RINGBUF_BYTES: u64 = sonic_probe_common::DEFAULT_RINGBUF_BYTES as u64;
+pub const DEFAULT_STALL_THRESHOLD: Duration = Duration::from_secs(1);
+pub const DEFAULT_REPEATED_OPEN_COUNT: u64 = 3;
+pub const DEFAULT_REPEATED_OPEN_WINDOW: Duration = Duration::from_secs(60);
+pub const DEFAULT_SMALL_READ_MIN_COUNT: u64 = 8;
+pub const DEFAULT_CHURN_WINDOW: Duration = Duration::from_secs(60);
+pub const DEFAULT_CHURN_CYCLES: u64 = 2;
+pub const DEFAULT_FINDINGS_WINDOW: Duration = Duration::from_secs(600);
+pub const DEFAULT_MAX_FINDINGS: usize = 1000;
+pub const DEFAULT_LOG_LEVEL: &str = "info";
+
+/// The command line over the config file: a flag given wins; a list given
+/// on the command line replaces the file's.
+pub fn merge(cli: &RunArgs, file: &FileOptions) -> RunArgs {
+    fn list<T: Clone>(c: &[T], f: &[T]) -> Vec<T> {
+        if c.is_empty() {
+            f.to_vec()
+        } else {
+            c.to_vec()
+        }
+    }
+    RunArgs {
+        config: cli.config.clone(),
+        pid: list(&cli.pid, &file.pid),
+        comm: list(&cli.comm, &file.comm),
+        cgroup: list(&cli.cgroup, &file.cgroup),
+        listen: cli.listen.or(file.listen),
+        slow_threshold: cli.slow_threshold.or(file.slow_threshold),
+        large_map_threshold: cli.large_map_threshold.or(file.large_map_threshold),
+        small_read_threshold: cli.small_read_threshold.or(file.small_read_threshold),
+        max_comms: cli.max_comms.or(file.max_comms),
+        ringbuf_size: cli.ringbuf_size.or(file.ringbuf_size),
+        stall_threshold: cli.stall_threshold.or(file.stall_threshold),
+        stall_thread: list(&cli.stall_thread, &file.stall_thread),
+        stall_ignore_thread: list(&cli.stall_ignore_thread, &file.stall_ignore_thread),
+        repeated_open_count: cli.repeated_open_count.or(file.repeated_open_count),
+        repeated_open_window: cli.repeated_open_window.or(file.repeated_open_window),
+        small_read_min_count: cli.small_read_min_count.or(file.small_read_min_count),
+        churn_window: cli.churn_window.or(file.churn_window),
+        churn_cycles: cli.churn_cycles.or(file.churn_cycles),
+        ignore_path: list(&cli.ignore_path, &file.ignore_path),
+        findings_window: cli.findings_window.or(file.findings_window),
+        max_findings: cli.max_findings.or(file.max_findings),
+        bpf_stats: cli.bpf_stats || file.bpf_stats.unwrap_or(false),
+    }
+}
 
 /// Everything `sonic-probe run` needs, checked.
 #[derive(Debug, Clone)]
@@ -26,6 +80,9 @@ pub struct RunConfig {
     pub ringbuf_bytes: u32,
     pub bpf_stats: bool,
     pub findings: Settings,
+    /// The config file, re-read on SIGHUP.
+    pub config_file: Option<std::path::PathBuf>,
+    pub log_level: String,
 }
 
 /// Largest ring buffer accepted (the kernel allows more; nobody needs it).
@@ -36,18 +93,33 @@ pub const MIN_RINGBUF_BYTES: u64 = 4096;
 pub const MAX_COMM_LABELS: usize = 100_000;
 
 impl RunConfig {
+    /// The configuration of `run`: its flags over its config file (if any).
+    pub fn load(cli: &RunArgs, cli_log_level: Option<&str>) -> Result<Self> {
+        let file = match &cli.config {
+            Some(p) => crate::config_file::load(p)?,
+            None => FileOptions::default(),
+        };
+        let mut c = RunConfig::from_args(&merge(cli, &file))?;
+        c.log_level =
+            cli_log_level.map(str::to_string).or(file.log_level).unwrap_or(DEFAULT_LOG_LEVEL.into());
+        Ok(c)
+    }
+
+    /// Checks merged options and fills in the defaults.
     pub fn from_args(args: &RunArgs) -> Result<Self> {
-        let targets = Targets::resolve(&args.pids, &args.comms, &args.cgroups)?;
+        let targets = Targets::resolve(&args.pid, &args.comm, &args.cgroup)?;
         Ok(RunConfig {
             targets,
-            listen: args.listen,
-            slow_call: args.slow_threshold,
-            large_map_bytes: args.large_map_threshold,
-            small_read_bytes: args.small_read_threshold,
-            max_comms: check_max_comms(args.max_comms)?,
-            ringbuf_bytes: check_ringbuf_size(args.ringbuf_size)?,
+            listen: args.listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default")),
+            slow_call: args.slow_threshold.unwrap_or(DEFAULT_SLOW_THRESHOLD),
+            large_map_bytes: args.large_map_threshold.unwrap_or(DEFAULT_LARGE_MAP_THRESHOLD),
+            small_read_bytes: args.small_read_threshold.unwrap_or(DEFAULT_SMALL_READ_THRESHOLD),
+            max_comms: check_max_comms(args.max_comms.unwrap_or(DEFAULT_MAX_COMMS))?,
+            ringbuf_bytes: check_ringbuf_size(args.ringbuf_size.unwrap_or(DEFAULT_RINGBUF_BYTES))?,
             bpf_stats: args.bpf_stats,
             findings: findings_settings(args)?,
+            config_file: args.config.clone(),
+            log_level: DEFAULT_LOG_LEVEL.into(),
         })
     }
 
@@ -82,25 +154,36 @@ fn findings_settings(a: &RunArgs) -> Result<Settings> {
             Ok(d)
         }
     };
-    if a.large_map_threshold == 0 {
+    let large = a.large_map_threshold.unwrap_or(DEFAULT_LARGE_MAP_THRESHOLD);
+    if large == 0 {
         return Err(Error::usage("--large-map-threshold 0: must be at least 1 byte"));
     }
     Ok(Settings {
-        window: positive("--findings-window", a.findings_window)?,
-        max_findings: at_least_one("--max-findings", a.max_findings as u64)? as usize,
-        stall_threshold: positive("--stall-threshold", a.stall_threshold)?,
-        stall_threads: patterns("--stall-thread", &a.stall_threads)?,
-        stall_ignore_threads: patterns("--stall-ignore-thread", &a.stall_ignore_threads)?,
-        repeated_open_count: at_least_one("--repeated-open-count", a.repeated_open_count)?,
-        repeated_open_window: positive("--repeated-open-window", a.repeated_open_window)?,
-        small_read_bytes: a.small_read_threshold,
-        small_read_min_count: at_least_one("--small-read-min-count", a.small_read_min_count)?,
-        churn_bytes: a.large_map_threshold,
-        churn_window: positive("--churn-window", a.churn_window)?,
-        churn_cycles: at_least_one("--churn-cycles", a.churn_cycles)?,
+        window: positive("--findings-window", a.findings_window.unwrap_or(DEFAULT_FINDINGS_WINDOW))?,
+        max_findings: at_least_one("--max-findings", a.max_findings.unwrap_or(DEFAULT_MAX_FINDINGS) as u64)?
+            as usize,
+        stall_threshold: positive("--stall-threshold", a.stall_threshold.unwrap_or(DEFAULT_STALL_THRESHOLD))?,
+        stall_threads: patterns("--stall-thread", &a.stall_thread)?,
+        stall_ignore_threads: patterns("--stall-ignore-thread", &a.stall_ignore_thread)?,
+        repeated_open_count: at_least_one(
+            "--repeated-open-count",
+            a.repeated_open_count.unwrap_or(DEFAULT_REPEATED_OPEN_COUNT),
+        )?,
+        repeated_open_window: positive(
+            "--repeated-open-window",
+            a.repeated_open_window.unwrap_or(DEFAULT_REPEATED_OPEN_WINDOW),
+        )?,
+        small_read_bytes: a.small_read_threshold.unwrap_or(DEFAULT_SMALL_READ_THRESHOLD),
+        small_read_min_count: at_least_one(
+            "--small-read-min-count",
+            a.small_read_min_count.unwrap_or(DEFAULT_SMALL_READ_MIN_COUNT),
+        )?,
+        churn_bytes: large,
+        churn_window: positive("--churn-window", a.churn_window.unwrap_or(DEFAULT_CHURN_WINDOW))?,
+        churn_cycles: at_least_one("--churn-cycles", a.churn_cycles.unwrap_or(DEFAULT_CHURN_CYCLES))?,
         ignore_paths: {
             let mut p = crate::findings::default_ignore_paths();
-            p.extend(patterns("--ignore-path", &a.ignore_paths)?);
+            p.extend(patterns("--ignore-path", &a.ignore_path)?);
             p
         },
     })
@@ -237,6 +320,28 @@ mod tests {
         ] {
             assert!(matches!(findings_settings(&run_args(bad)), Err(Error::Usage(_))), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_command_line_overrides_the_file() {
+        let file = crate::config_file::parse(
+            "listen = \"0.0.0.0:9580\"\ncomm = [\"python3\"]\nstall_threshold = \"2s\"\nbpf_stats = true\nlog_level = \"debug\"\n",
+            std::path::Path::new("x.toml"),
+        )
+        .unwrap();
+        let cli = run_args(&["--listen", "127.0.0.1:1", "--comm", "dd"]);
+        let m = merge(&cli, &file);
+        assert_eq!(m.listen.unwrap().port(), 1);
+        assert_eq!(m.comm, vec!["dd".to_string()]);
+        assert_eq!(m.stall_threshold, Some(Duration::from_secs(2)));
+        assert!(m.bpf_stats);
+        let c = RunConfig::from_args(&merge(&run_args(&[]), &file)).unwrap();
+        assert_eq!(c.listen.port(), 9580);
+        assert_eq!(c.targets.comms, vec!["python3".to_string()]);
+        let c = RunConfig::from_args(&run_args(&[])).unwrap();
+        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(c.slow_call, DEFAULT_SLOW_THRESHOLD);
+        assert_eq!(c.ringbuf_bytes as u64, DEFAULT_RINGBUF_BYTES);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use tokio::{
     signal::unix::{signal, SignalKind},
     sync::mpsc,
 };
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::{
     cli::RunArgs,
@@ -35,7 +35,7 @@ use crate::{
     http::{self, HttpState},
     labels::CommLabels,
     metrics::{FindingsCollector, ProbeCollector},
-    probe::Probe,
+    probe::{Probe, TargetMaps},
     stats::StatsStore,
 };
 
@@ -45,8 +45,9 @@ const EVENT_QUEUE: usize = 65_536;
 /// nobody scrapes (a scrape folds too).
 const FOLD_INTERVAL: Duration = Duration::from_secs(5);
 
-pub fn run(args: RunArgs) -> Result<()> {
-    let config = RunConfig::from_args(&args)?;
+pub fn run(args: RunArgs, log_level: Option<String>) -> Result<()> {
+    let config = RunConfig::load(&args, log_level.as_deref())?;
+    crate::cli::init_logging(&config.log_level);
     crate::privileges::check()?;
     raise_memlock_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -55,7 +56,62 @@ pub fn run(args: RunArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(serve(config))
+    runtime.block_on(serve(config, args, log_level))
+}
+
+/// Tells systemd (Type=notify) where we are; a no-op without NOTIFY_SOCKET.
+fn notify(states: &[sd_notify::NotifyState<'_>]) {
+    if let Err(e) = sd_notify::notify(states) {
+        debug!("sd_notify: {e}");
+    }
+}
+
+fn status(text: &str) {
+    notify(&[sd_notify::NotifyState::Status(text)]);
+}
+
+/// After attach nothing needs a capability any more: map reads and
+/// updates go through the file descriptors we hold, /proc is readable.
+/// Dropping them all means a bug in the HTTP server or the event decoder
+/// can't be turned into BPF access.
+fn drop_capabilities() {
+    use caps::CapSet;
+    // The bounding set needs CAP_SETPCAP, which the service does not have;
+    // an empty permitted set with no_new_privs is what matters.
+    let _ = caps::clear(None, CapSet::Bounding);
+    for set in [CapSet::Ambient, CapSet::Inheritable, CapSet::Effective, CapSet::Permitted] {
+        if let Err(e) = caps::clear(None, set) {
+            warn!("cannot drop the {set:?} capabilities: {e}");
+            return;
+        }
+    }
+    info!("dropped all capabilities");
+}
+
+/// `sonic-probe check-config`: the file checked as `run --config FILE`
+/// would read it; with --attach the programs loaded and attached too.
+pub fn check_config(args: &crate::cli::CheckConfigArgs) -> Result<()> {
+    let cli = RunArgs { config: Some(args.config.clone()), ..RunArgs::default() };
+    let config = RunConfig::load(&cli, None)?;
+    println!(
+        "config {}: OK: watching {}, listening on {}",
+        args.config.display(),
+        config.targets.describe(),
+        config.listen
+    );
+    if args.attach {
+        crate::privileges::check()?;
+        raise_memlock_limit();
+        let mut probe = Probe::load(config.ringbuf_bytes)?;
+        probe.set_config(&probe_config(&config))?;
+        probe.take_targets()?.apply(&config.targets)?;
+        probe.attach(ProgramGroup::Lifecycle)?;
+        probe.attach(ProgramGroup::Syscalls)?;
+        let n = probe.attached().len();
+        drop(probe);
+        println!("attached {n} BPF programs and detached them: OK");
+    }
+    Ok(())
 }
 
 /// The settings the BPF programs read from their `config` map.
@@ -75,11 +131,12 @@ pub fn probe_config(config: &RunConfig) -> ProbeConfig {
     }
 }
 
-async fn serve(config: RunConfig) -> Result<()> {
+async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -> Result<()> {
     let started = Instant::now();
     // Handle SIGINT/SIGTERM from the start: a signal that arrives while
     // attaching must still end in a clean detach, never a default kill.
-    let shutdown = ShutdownSignals::new()?;
+    let mut shutdown = ShutdownSignals::new()?;
+    let mut hangup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow!("cannot listen on {}: {e}", config.listen))?;
@@ -88,6 +145,7 @@ async fn serve(config: RunConfig) -> Result<()> {
     let http_state = Arc::new(HttpState::new(registry.clone()));
     let server = tokio::spawn(http::serve(listener, http_state.clone()));
 
+    status("loading the BPF programs");
     let mut probe = Probe::load(config.ringbuf_bytes)?;
     probe.set_config(&probe_config(&config))?;
     probe.set_file_classes(sonic_probe_common::DEFAULT_FILE_CLASSES)?;
@@ -100,9 +158,11 @@ async fn serve(config: RunConfig) -> Result<()> {
         probe.enable_run_time_stats()?;
     }
 
+    status("attaching");
     probe.attach(ProgramGroup::Lifecycle)?;
     let comm_matches = targets.scan_comms(&config.targets.comms)?;
     probe.attach(ProgramGroup::Syscalls)?;
+    drop_capabilities();
 
     let reader_stats = Arc::new(ReaderStats::default());
     let (tx, rx) = mpsc::channel(EVENT_QUEUE);
@@ -150,7 +210,36 @@ async fn serve(config: RunConfig) -> Result<()> {
         config.targets.describe(),
     );
 
-    let why = shutdown.wait().await;
+    let ready = format!("watching {}", config.targets.describe());
+    notify(&[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status(&ready)]);
+
+    let mut reloader = Reloader {
+        cli,
+        cli_log_level,
+        current: config,
+        probe: probe.clone(),
+        targets: targets.clone(),
+        findings: findings.clone(),
+    };
+    let why = loop {
+        tokio::select! {
+            why = shutdown.wait_ref() => break why,
+            _ = hangup.recv() => {
+                notify(&[sd_notify::NotifyState::Reloading]);
+                let outcome = reloader.reload();
+                let text = match &outcome {
+                    Ok(()) => format!("reloaded; watching {}", reloader.current.targets.describe()),
+                    Err(e) => format!("reload failed, running on: {}", crate::cli::one_line(e)),
+                };
+                match outcome {
+                    Ok(()) => info!("SIGHUP: {text}"),
+                    Err(_) => warn!("SIGHUP: {text}"),
+                }
+                notify(&[sd_notify::NotifyState::Ready, sd_notify::NotifyState::Status(&text)]);
+            }
+        }
+    };
+    notify(&[sd_notify::NotifyState::Stopping]);
     info!("{why}: detaching and exiting");
     for task in [server, folder, sweeper, consumer] {
         task.abort();
@@ -166,6 +255,49 @@ async fn serve(config: RunConfig) -> Result<()> {
     Ok(())
 }
 
+/// Applies a re-read configuration to the running probe (SIGHUP): targets,
+/// thresholds and detector settings change in place; counters, findings and
+/// the attached programs stay.
+struct Reloader {
+    cli: RunArgs,
+    cli_log_level: Option<String>,
+    current: RunConfig,
+    probe: Arc<Mutex<Probe>>,
+    targets: Arc<Mutex<TargetMaps>>,
+    findings: FindingsService,
+}
+
+impl Reloader {
+    fn reload(&mut self) -> Result<()> {
+        let new = RunConfig::load(&self.cli, self.cli_log_level.as_deref())?;
+        let old = &self.current;
+        for (what, changed) in [
+            ("listen", new.listen != old.listen),
+            ("ringbuf_size", new.ringbuf_bytes != old.ringbuf_bytes),
+            ("max_comms", new.max_comms != old.max_comms),
+            ("bpf_stats", new.bpf_stats != old.bpf_stats),
+            ("log_level", new.log_level != old.log_level),
+        ] {
+            if changed {
+                warn!("SIGHUP: {what} changes only at a restart; keeping the running value");
+            }
+        }
+        self.targets.lock().expect("targets lock").reload(&old.targets, &new.targets)?;
+        self.probe.lock().expect("probe lock").set_config(&probe_config(&new))?;
+        self.findings.reconfigure(&new.findings);
+        let kept = RunConfig {
+            listen: old.listen,
+            ringbuf_bytes: old.ringbuf_bytes,
+            max_comms: old.max_comms,
+            bpf_stats: old.bpf_stats,
+            log_level: old.log_level.clone(),
+            ..new
+        };
+        self.current = kept;
+        Ok(())
+    }
+}
+
 /// SIGINT and SIGTERM, handled from the moment this is made.
 pub(crate) struct ShutdownSignals {
     term: tokio::signal::unix::Signal,
@@ -178,10 +310,6 @@ impl ShutdownSignals {
             term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
             int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
         })
-    }
-
-    async fn wait(mut self) -> &'static str {
-        self.wait_ref().await
     }
 
     /// The next signal (cancel-safe: usable in a select loop).

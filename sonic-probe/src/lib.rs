@@ -11,6 +11,7 @@
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod config_file;
 pub mod daemon;
 pub mod errno;
 pub mod error;

@@ -83,10 +83,16 @@ impl Daemon {
     /// Starts `sonic-probe run ARGS --listen 127.0.0.1:0` and waits for its
     /// ready line.
     pub fn start(args: &[&str]) -> Daemon {
+        Self::start_with(args, &[])
+    }
+
+    /// Like [`Daemon::start`], with environment variables.
+    pub fn start_with(args: &[&str], envs: &[(&str, &str)]) -> Daemon {
         let mut child = Command::new(sonic_probe_bin())
             .arg("run")
             .args(args)
             .args(["--listen", "127.0.0.1:0"])
+            .envs(envs.iter().copied())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -170,6 +176,29 @@ impl Daemon {
             self.log_lines.push(l);
         }
         status
+    }
+
+    /// Sends a signal and returns at once.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.pid() as i32, signal) };
+    }
+
+    /// Waits until a log line contains `needle` (up to 10 s).
+    pub fn wait_for_log(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        if let Some(l) = self.log_lines.iter().find(|l| l.contains(needle)) {
+            return l.clone();
+        }
+        while Instant::now() < deadline {
+            if let Ok(l) = self.log.recv_timeout(Duration::from_millis(100)) {
+                self.log_lines.push(l.clone());
+                if l.contains(needle) {
+                    return l;
+                }
+            }
+        }
+        panic!("no log line with {needle:?}:\n{}", self.log_lines.join("\n"));
     }
 
     /// SIGTERM, and the exit status.

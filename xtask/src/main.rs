@@ -25,12 +25,15 @@ tasks:
                  included (needs root: they load the real BPF programs)
   demo           run the daemon against a faulty stand-in of the Sonic service
                  (tests/workloads/sonic_sim.py) and print what it found (needs root)
+  package        build the Debian package (cargo-deb), install it with dpkg, check
+                 it (binary, unit enabled, config valid), then purge it; --keep keeps it
 ";
 
 /// Debian packages and a file each provides, to tell whether it is there.
 const BUILD_PACKAGES: &[(&str, &str)] =
     &[("clang-16", "/usr/bin/clang-16"), ("libbpf-dev", "/usr/include/bpf/bpf_helpers.h")];
 const TEST_PACKAGES: &[(&str, &str)] = &[
+    ("systemd", "/usr/bin/systemd-analyze"),
     ("strace", "/usr/bin/strace"),
     ("bpftool", "/usr/sbin/bpftool"),
     ("prometheus", "/usr/bin/promtool"),
@@ -45,6 +48,7 @@ fn main() -> ExitCode {
         Some("run") => run(&args[1..]),
         Some("test") => test(),
         Some("demo") => demo(),
+        Some("package") => package(args.iter().any(|a| a == "--keep")),
         Some("-h" | "--help" | "help") => {
             print!("{USAGE}");
             Ok(())
@@ -131,7 +135,43 @@ fn test() -> Result<()> {
         bail!("the integration tests load BPF programs: run `cargo xtask test` as root");
     }
     // Integration tests must not skip here: a missing privilege is a failure.
-    sh("cargo", &["test", "--workspace"], &[("SONIC_PROBE_REQUIRE_PRIVILEGED", "1")])
+    sh("cargo", &["test", "--workspace"], &[("SONIC_PROBE_REQUIRE_PRIVILEGED", "1")])?;
+    sh("promtool", &["test", "rules", "deploy/prometheus/alerts_test.yml"], &[])?;
+    package(false)
+}
+
+/// The Debian package, built and installed for real.
+fn package(keep: bool) -> Result<()> {
+    setup(false)?;
+    if Command::new("cargo").args(["deb", "--version"]).output().map(|o| !o.status.success()).unwrap_or(true)
+    {
+        sh("cargo", &["install", "cargo-deb", "--locked", "--version", "3.8.0"], &[])?;
+    }
+    sh("cargo", &["deb", "-p", "sonic-probe", "--output", "target/debian/sonic-probe.deb"], &[])?;
+    if !is_root() {
+        bail!("installing the package needs root: run `cargo xtask package` as root");
+    }
+    sh("dpkg", &["-i", "target/debian/sonic-probe.deb"], &[])?;
+    let checks = (|| -> Result<()> {
+        sh("/usr/bin/sonic-probe", &["--version"], &[])?;
+        sh("/usr/bin/sonic-probe", &["check-config"], &[])?;
+        sh("systemd-analyze", &["verify", "/usr/lib/systemd/system/sonic-probe.service"], &[])?;
+        for f in [
+            "/usr/share/sonic-probe/grafana/sonic-probe.json",
+            "/usr/share/sonic-probe/prometheus/alerts.yml",
+            "/etc/systemd/system/multi-user.target.wants/sonic-probe.service",
+        ] {
+            if !Path::new(f).exists() {
+                bail!("the package did not install {f}");
+            }
+        }
+        eprintln!("package OK: installed, unit enabled, config valid");
+        Ok(())
+    })();
+    if !keep {
+        sh("dpkg", &["--purge", "sonic-probe"], &[])?;
+    }
+    checks
 }
 
 /// Starts the faulty workload, attaches the daemon to it, lets it run its

@@ -119,6 +119,15 @@ impl Detector for FutexStall {
         }
     }
 
+    fn reconfigure(&mut self, s: &Settings) {
+        let fresh = FutexStall::new(s);
+        self.threshold_ns = fresh.threshold_ns;
+        self.request_threads = fresh.request_threads;
+        self.ignore_threads = fresh.ignore_threads;
+        self.window_ns = fresh.window_ns;
+        self.max = fresh.max;
+    }
+
     fn findings(&mut self, now_ns: u64, _live: &[LiveFile<'_>], out: &mut Vec<Record>) {
         prune(&mut self.records, |r| r.last_ns, now_ns.saturating_sub(self.window_ns), self.max);
         out.extend(self.records.values().cloned());

@@ -118,6 +118,15 @@ impl Detector for MmapChurn {
         }
     }
 
+    fn reconfigure(&mut self, s: &Settings) {
+        let fresh = MmapChurn::new(s);
+        self.min_bytes = fresh.min_bytes;
+        self.cycle_ns = fresh.cycle_ns;
+        self.min_cycles = fresh.min_cycles;
+        self.window_ns = fresh.window_ns;
+        self.max = fresh.max;
+    }
+
     fn findings(&mut self, now_ns: u64, _live: &[LiveFile<'_>], out: &mut Vec<Record>) {
         let oldest = now_ns.saturating_sub(self.cycle_ns);
         self.regions.retain(|_, r| r.mapped_ns >= oldest);

@@ -128,6 +128,8 @@ pub trait Detector: Send {
     /// Appends the current findings (at `now_ns`), dropping those older than
     /// the window. `live` are the files open right now.
     fn findings(&mut self, now_ns: u64, live: &[LiveFile<'_>], out: &mut Vec<Record>);
+    /// New thresholds and windows (SIGHUP): state and findings are kept.
+    fn reconfigure(&mut self, settings: &Settings);
 }
 
 /// Thresholds and windows of every detector (flags; documented in README).
@@ -373,6 +375,13 @@ impl Engine {
                 comm: r.comm,
             })
             .collect()
+    }
+
+    /// New thresholds and windows for every detector, keeping what they found.
+    pub fn reconfigure(&mut self, settings: &Settings) {
+        for d in &mut self.detectors {
+            d.reconfigure(settings);
+        }
     }
 
     pub fn files(&self) -> &FileTable {

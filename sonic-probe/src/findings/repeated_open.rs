@@ -120,6 +120,15 @@ impl Detector for RepeatedOpen {
         }
     }
 
+    fn reconfigure(&mut self, s: &Settings) {
+        let fresh = RepeatedOpen::new(s);
+        self.ignore = fresh.ignore;
+        self.min_count = fresh.min_count;
+        self.run_window_ns = fresh.run_window_ns;
+        self.window_ns = fresh.window_ns;
+        self.max = fresh.max;
+    }
+
     fn findings(&mut self, now_ns: u64, live: &[LiveFile<'_>], out: &mut Vec<Record>) {
         let oldest = now_ns.saturating_sub(self.window_ns.max(self.run_window_ns));
         prune(&mut self.paths, |s| s.last_ns, oldest, self.max);

@@ -106,6 +106,10 @@ impl FindingsService {
         }
     }
 
+    pub fn reconfigure(&self, settings: &Settings) {
+        self.engine.lock().expect("engine lock").reconfigure(settings);
+    }
+
     pub fn open_file_entries(&self) -> usize {
         self.open_files.lock().expect("open files lock").len()
     }

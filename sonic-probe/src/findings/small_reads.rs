@@ -74,6 +74,14 @@ impl Detector for SmallReads {
         st.last_ns = f.raw.header.time_ns;
     }
 
+    fn reconfigure(&mut self, s: &Settings) {
+        let fresh = SmallReads::new(s);
+        self.ignore = fresh.ignore;
+        self.min_count = fresh.min_count;
+        self.window_ns = fresh.window_ns;
+        self.max = fresh.max;
+    }
+
     fn findings(&mut self, now_ns: u64, live: &[LiveFile<'_>], out: &mut Vec<Record>) {
         prune(&mut self.files, |s| s.last_ns, now_ns.saturating_sub(self.window_ns), self.max);
         // Files still open add what they have read so far.

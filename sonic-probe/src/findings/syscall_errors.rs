@@ -85,6 +85,13 @@ impl Detector for SyscallErrors {
         }
     }
 
+    fn reconfigure(&mut self, s: &Settings) {
+        let fresh = SyscallErrors::new(s);
+        self.ignore = fresh.ignore;
+        self.window_ns = fresh.window_ns;
+        self.max = fresh.max;
+    }
+
     fn findings(&mut self, now_ns: u64, _live: &[LiveFile<'_>], out: &mut Vec<Record>) {
         prune(&mut self.errors, |s| s.last_ns, now_ns.saturating_sub(self.window_ns), self.max);
         for ((_, sc, e), st) in &self.errors {

@@ -80,6 +80,49 @@ impl TargetMaps {
         Ok(found)
     }
 
+    /// Removes `flags` from a process's TARGET_* flags (the entry goes when
+    /// none is left).
+    pub fn remove_flags(&mut self, tgid: u32, flags: u32) -> Result<(), ProbeError> {
+        let Ok(old) = self.processes.get(&tgid, 0) else { return Ok(()) };
+        let new = old & !flags;
+        if new == 0 {
+            let _ = self.processes.remove(&tgid);
+            Ok(())
+        } else {
+            self.processes.insert(tgid, new, 0).map_err(map_err(maps::TARGET_PROCESSES))
+        }
+    }
+
+    /// Replaces the targets `old` with `new` (SIGHUP). Processes a removed
+    /// --pid target forked before stay targets until they exit.
+    pub fn reload(&mut self, old: &Targets, new: &Targets) -> Result<(), ProbeError> {
+        for p in old.pids.iter().filter(|p| !new.pids.iter().any(|q| q.tgid == p.tgid)) {
+            self.remove_flags(p.tgid, TARGET_PID | TARGET_FOLLOW_FORKS)?;
+        }
+        for c in old.comms.iter().filter(|c| !new.comms.contains(c)) {
+            let _ = self.comms.remove(&CommKey { comm: comm_bytes(c) });
+        }
+        for c in old.cgroups.iter().filter(|c| !new.cgroups.iter().any(|d| d.id == c.id)) {
+            let _ = self.cgroups.remove(&c.id);
+        }
+        self.apply(new)?;
+        // Processes matched by a name that is no longer a target.
+        let by_name: Vec<u32> = self
+            .processes
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, f)| f & TARGET_COMM != 0)
+            .map(|(t, _)| t)
+            .collect();
+        for tgid in by_name {
+            if !procfs::comm_of(tgid).is_ok_and(|n| new.comms.contains(&n)) {
+                self.remove_flags(tgid, TARGET_COMM)?;
+            }
+        }
+        self.scan_comms(&new.comms)?;
+        Ok(())
+    }
+
     /// Processes currently in the target set.
     pub fn process_count(&self) -> usize {
         self.processes.keys().filter(|k| k.is_ok()).count()
