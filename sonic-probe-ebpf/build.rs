@@ -14,6 +14,7 @@ use std::{
 
 const SOURCES: &[&str] = &[
     "bpf/sonic_probe.bpf.c",
+    "bpf/floor.bpf.c",
     "bpf/vmlinux_min.h",
     "bpf/maps.h",
     "bpf/common.h",
@@ -23,8 +24,9 @@ const SOURCES: &[&str] = &[
     "bpf/futex.h",
     "bpf/events.h",
 ];
-const MAIN_SOURCE: &str = "bpf/sonic_probe.bpf.c";
-const OBJECT: &str = "sonic_probe.bpf.o";
+/// (source, object): the probe, and the empty programs benchmarks compare with.
+const OBJECTS: &[(&str, &str)] =
+    &[("bpf/sonic_probe.bpf.c", "sonic_probe.bpf.o"), ("bpf/floor.bpf.c", "floor.bpf.o")];
 
 fn fail(msg: &str) -> ! {
     eprintln!("error: {msg}");
@@ -51,26 +53,27 @@ fn main() {
         ));
     }
 
-    let object = out.join(OBJECT);
-    let status = Command::new(&clang)
-        .args(["-g", "-O2", "-target", "bpf", "-mcpu=v3", "-D__TARGET_ARCH_x86"])
-        .args(["-Wall", "-Werror", "-Wno-unused-function"])
-        .arg("-I")
-        .arg(&out)
-        .arg("-I")
-        .arg("bpf")
-        .arg("-c")
-        .arg(MAIN_SOURCE)
-        .arg("-o")
-        .arg(&object)
-        .status();
-    match status {
-        Ok(s) if s.success() => {}
-        Ok(s) => fail(&format!("{clang} failed to compile {MAIN_SOURCE} ({s})")),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => fail(&format!(
-            "{clang} not found: install it with `apt-get install clang-16` \
-             (or set SONIC_PROBE_CLANG to a clang >= 16)"
-        )),
-        Err(e) => fail(&format!("cannot run {clang}: {e}")),
+    for (source, object) in OBJECTS {
+        let status = Command::new(&clang)
+            .args(["-g", "-O2", "-target", "bpf", "-mcpu=v3", "-D__TARGET_ARCH_x86"])
+            .args(["-Wall", "-Werror", "-Wno-unused-function"])
+            .arg("-I")
+            .arg(&out)
+            .arg("-I")
+            .arg("bpf")
+            .arg("-c")
+            .arg(source)
+            .arg("-o")
+            .arg(out.join(object))
+            .status();
+        match status {
+            Ok(s) if s.success() => {}
+            Ok(s) => fail(&format!("{clang} failed to compile {source} ({s})")),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => fail(&format!(
+                "{clang} not found: install it with `apt-get install clang-16` \
+                 (or set SONIC_PROBE_CLANG to a clang >= 16)"
+            )),
+            Err(e) => fail(&format!("cannot run {clang}: {e}")),
+        }
     }
 }

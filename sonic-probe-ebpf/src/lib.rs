@@ -7,6 +7,10 @@
 /// The compiled BPF object (ELF with BTF and CO-RE relocations), 8-byte aligned.
 pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sonic_probe.bpf.o"));
 
+/// Empty programs on sys_enter/sys_exit (`floor_enter`, `floor_exit`): what
+/// benchmarks compare sonic-probe's cost with.
+pub static FLOOR_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/floor.bpf.o"));
+
 /// A program of the object and the BTF tracepoint it attaches to.
 #[derive(Clone, Copy, Debug)]
 pub struct ProgramSpec {

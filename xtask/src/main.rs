@@ -15,6 +15,8 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
+mod bench;
+
 const USAGE: &str = "\
 usage: cargo xtask <task> [args]
 
@@ -25,6 +27,11 @@ tasks:
                  included (needs root: they load the real BPF programs)
   demo           run the daemon against a faulty stand-in of the Sonic service
                  (tests/workloads/sonic_sim.py) and print what it found (needs root)
+  bench [--smoke] [--rounds N]
+                 measure the cost per call of sonic-probe against no tracer, the
+                 floor (empty BPF programs), bpftrace, perf trace and strace, and
+                 the daemon's CPU, memory, start time and scaling; writes
+                 target/bench/report.md (needs root)
   package        build the Debian package (cargo-deb), install it with dpkg, check
                  it (binary, unit enabled, config valid), then purge it; --keep keeps it
 ";
@@ -49,6 +56,7 @@ fn main() -> ExitCode {
         Some("test") => test(),
         Some("demo") => demo(),
         Some("package") => package(args.iter().any(|a| a == "--keep")),
+        Some("bench") => bench_task(&args[1..]),
         Some("-h" | "--help" | "help") => {
             print!("{USAGE}");
             Ok(())
@@ -238,5 +246,54 @@ fn demo() -> Result<()> {
     if !status.success() {
         bail!("sonic-probe findings failed");
     }
+    Ok(())
+}
+
+fn bench_task(args: &[String]) -> Result<()> {
+    use bench::Tracer::*;
+    setup(true)?;
+    if !is_root() {
+        bail!("the benchmark attaches BPF programs and tracers: run `cargo xtask bench` as root");
+    }
+    let smoke = args.iter().any(|a| a == "--smoke");
+    let rounds = args
+        .iter()
+        .position(|a| a == "--rounds")
+        .and_then(|i| args.get(i + 1)?.parse().ok())
+        .unwrap_or(if smoke { 1 } else { 5 });
+    sh("cargo", &["build", "--release", "-p", "sonic-probe", "-p", "sonic-probe-tests", "--bins"], &[])?;
+    for tool in ["bpftrace", "perf"] {
+        if Command::new(tool).arg("--version").output().is_err() {
+            sh("apt-get", &["install", "-y", "-q", if tool == "perf" { "linux-perf" } else { tool }], &[])?;
+        }
+    }
+    // perf trace needs tracefs.
+    if !Path::new("/sys/kernel/tracing/events").exists() {
+        let _ = Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]).status();
+    }
+    let tracers = [None, Floor, SonicRun, SonicTrace, Bpftrace, PerfTrace, Strace];
+    let mut report = String::from("# sonic-probe benchmark\n\n");
+    report.push_str(&format!(
+        "Kernel {}, {} CPUs; {} round(s){}.\n\n",
+        String::from_utf8_lossy(&Command::new("uname").arg("-r").output()?.stdout).trim(),
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        rounds,
+        if smoke { ", smoke run (fewer iterations)" } else { "" }
+    ));
+    report.push_str(&bench::run(&root(), smoke, rounds, &tracers)?);
+    let (cpu, rss, ready) = bench::daemon_load(&root(), 100_000, if smoke { 2 } else { 10 })?;
+    report.push_str(&format!(
+        "\n## The daemon\n\n| measure | value | target |\n|---|---|---|\n\
+         | CPU at 100k traced calls/s | {cpu:.2}% of one core | <= 2% |\n\
+         | resident memory (steady) | {:.1} MiB | <= 64 MiB |\n\
+         | start to ready | {ready:.0} ms | <= 1000 ms |\n",
+        rss as f64 / 1024.0
+    ));
+    let dir = root().join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(if smoke { "report-smoke.md" } else { "report.md" });
+    std::fs::write(&path, &report)?;
+    println!("{report}");
+    eprintln!("written to {}", path.display());
     Ok(())
 }

@@ -1,0 +1,146 @@
+//! The per-syscall microbenchmark of `cargo xtask bench`: N calls of one
+//! kind in a loop, timed with CLOCK_MONOTONIC, in nanoseconds per call.
+//!
+//! Usage: sp-bench CALL N [--rate CALLS_PER_SECOND] [--threads T] [--open-files K] [--wait]
+//!   read       read 1 KiB from /dev/zero          (traced)
+//!   futex      FUTEX_WAKE with no waiter          (traced)
+//!   openat     openat + close of a regular file   (traced, two calls)
+//!   mmap       mmap + munmap of 64 KiB            (traced, two calls)
+//!   getppid    getppid                            (not traced)
+//! With --rate it paces itself to that many calls per second (per thread);
+//! --open-files keeps K more regular files open meanwhile; --wait prints
+//! `ready` and waits for a byte on stdin before starting (so that a probe
+//! can attach to exactly the benchmark). Prints `ns_per_call=<f64>
+//! calls=<n> calls_per_second=<f64>`.
+
+use std::{
+    ffi::CString,
+    time::{Duration, Instant},
+};
+
+fn die(msg: &str) -> ! {
+    eprintln!("sp-bench: {msg}");
+    std::process::exit(2)
+}
+
+/// Runs `n` iterations of `call`; at `rate` per second if given.
+fn run(n: u64, rate: Option<u64>, mut call: impl FnMut()) -> Duration {
+    let start = Instant::now();
+    match rate {
+        None => {
+            for _ in 0..n {
+                call();
+            }
+        }
+        Some(r) => {
+            // Batches of 1 ms worth of calls, then sleep to the schedule.
+            let batch = (r / 1000).max(1);
+            let mut done = 0;
+            while done < n {
+                for _ in 0..batch.min(n - done) {
+                    call();
+                }
+                done += batch.min(n - done);
+                let due = start + Duration::from_secs_f64(done as f64 / r as f64);
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+            }
+        }
+    }
+    start.elapsed()
+}
+
+fn bench(call: &str, n: u64, rate: Option<u64>) -> (Duration, u64) {
+    let mut buf = vec![0u8; 1024];
+    // SAFETY (all arms): raw system calls on our own buffers and fds.
+    unsafe {
+        match call {
+            "read" => {
+                let path = CString::new("/dev/zero").unwrap();
+                let fd = libc::open(path.as_ptr(), libc::O_RDONLY);
+                let t = run(n, rate, || {
+                    libc::read(fd, buf.as_mut_ptr().cast(), 1024);
+                });
+                (t, n)
+            }
+            "futex" => {
+                let word: u32 = 0;
+                let t = run(n, rate, || {
+                    libc::syscall(libc::SYS_futex, &word, libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1);
+                });
+                (t, n)
+            }
+            "openat" => {
+                let path = CString::new(format!("/tmp/sp-bench-{}", std::process::id())).unwrap();
+                let fd = libc::open(path.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o600);
+                libc::close(fd);
+                let t = run(n, rate, || {
+                    let fd = libc::open(path.as_ptr(), libc::O_RDONLY);
+                    libc::close(fd);
+                });
+                libc::unlink(path.as_ptr());
+                (t, 2 * n)
+            }
+            "mmap" => {
+                let t = run(n, rate, || {
+                    let p = libc::mmap(
+                        std::ptr::null_mut(),
+                        64 << 10,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                        -1,
+                        0,
+                    );
+                    libc::munmap(p, 64 << 10);
+                });
+                (t, 2 * n)
+            }
+            "getppid" => {
+                let t = run(n, rate, || {
+                    libc::syscall(libc::SYS_getppid);
+                });
+                (t, n)
+            }
+            other => die(&format!("unknown call {other}")),
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let call =
+        args.first().cloned().unwrap_or_else(|| die("usage: sp-bench CALL N [--rate R] [--threads T]"));
+    let n: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| die("N: a number of iterations"));
+    let opt = |name: &str| {
+        args.iter().position(|a| a == name).map(|i| {
+            args.get(i + 1)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or_else(|| die(&format!("{name} needs a number")))
+        })
+    };
+    let rate = opt("--rate");
+    let threads = opt("--threads").unwrap_or(1).max(1);
+    let mut kept = Vec::new();
+    for i in 0..opt("--open-files").unwrap_or(0) {
+        let path = std::env::temp_dir().join(format!("sp-bench-{}-{i}", std::process::id()));
+        std::fs::write(&path, b"x").unwrap_or_else(|e| die(&format!("{}: {e}", path.display())));
+        kept.push(std::fs::File::open(&path).unwrap_or_else(|e| die(&e.to_string())));
+        let _ = std::fs::remove_file(&path);
+    }
+    if args.iter().any(|a| a == "--wait") {
+        println!("ready");
+        let mut b = [0u8; 1];
+        let _ = std::io::Read::read(&mut std::io::stdin(), &mut b);
+    }
+    let wall = Instant::now();
+    let results: Vec<(Duration, u64)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads).map(|_| s.spawn(|| bench(&call, n, rate))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let ns: f64 = results.iter().map(|(t, c)| t.as_nanos() as f64 / *c as f64).sum::<f64>() / threads as f64;
+    let calls: u64 = results.iter().map(|(_, c)| c).sum();
+    let per_second = calls as f64 / wall.elapsed().as_secs_f64();
+    println!("ns_per_call={ns:.1} calls={calls} calls_per_second={per_second:.0}");
+    drop(kept);
+}
