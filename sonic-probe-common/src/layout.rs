@@ -138,8 +138,10 @@ shared_consts! {
     pub const MAX_ERROR_ENTRIES: u32 = 8192;
     /// max_entries of open_files (descriptors of watched processes).
     pub const MAX_OPEN_FILES: u32 = 65536;
-    /// max_entries of futex_wakes (an LRU: the oldest wakes go first).
-    pub const MAX_FUTEX_WAKES: u32 = 16384;
+    /// Recent futex wakes remembered per CPU (a power of two).
+    pub const FUTEX_WAKE_SLOTS: u32 = 64;
+    /// Most CPUs a long wait's search for its waker looks at.
+    pub const MAX_CPUS: u32 = 4096;
     /// max_entries of file_classes (extensions with a class).
     pub const MAX_FILE_CLASS_EXTS: u32 = 256;
     /// thread_state.aux_kind: aux holds a struct timespec.
@@ -175,6 +177,12 @@ shared_struct! {
         /// Calls of a syscall with count_small whose size argument is below
         /// this are counted in syscall_stats.small.
         pub small_size: u64,
+        /// Events are submitted without waking the daemon (it polls the
+        /// ring) until this many bytes wait in the ring: then it is woken.
+        pub wakeup_bytes: u64,
+        /// Possible CPUs (the per-CPU wake rings a long wait searches).
+        pub nr_cpus: u32,
+        pub _pad2: u32,
     }
 }
 
@@ -306,23 +314,28 @@ shared_struct! {
 }
 
 shared_struct! {
-    /// Key of futex_wakes: a futex word of a process.
-    pub struct FutexWakeKey as "futex_wake_key" {
-        pub tgid: u32,
-        pub _pad: u32,
-        pub uaddr: u64,
-    }
-}
-
-shared_struct! {
-    /// Value of futex_wakes: the last thread that woke a waiter on it.
+    /// A futex wake, noted at its entry (before it can wake anyone).
     pub struct FutexWake as "futex_wake" {
+        pub tgid: u32,
+        /// The waking thread.
         pub tid: u32,
-        pub _pad: u32,
+        /// The futex word it wakes.
+        pub uaddr: u64,
         /// bpf_ktime_get_ns() when the wake was entered.
         pub time_ns: u64,
         /// The waking thread's name.
         pub comm: [u8; 16],
+    }
+}
+
+shared_struct! {
+    /// Value of futex_wakes (per CPU): the last FUTEX_WAKE_SLOTS wakes of
+    /// watched processes on this CPU, a ring.
+    pub struct FutexWakeRing as "futex_wake_ring" {
+        /// Slot the next wake goes to (modulo FUTEX_WAKE_SLOTS).
+        pub next: u32,
+        pub _pad: u32,
+        pub wakes: [FutexWake; 64],
     }
 }
 
@@ -435,8 +448,8 @@ pub(crate) fn write_c_structs(out: &mut String) {
     write_struct::<CommKey>(out);
     write_struct::<FileKey>(out);
     write_struct::<OpenFile>(out);
-    write_struct::<FutexWakeKey>(out);
     write_struct::<FutexWake>(out);
+    write_struct::<FutexWakeRing>(out);
     write_struct::<ExtKey>(out);
     write_struct::<EventHeader>(out);
     write_struct::<SyscallEvent>(out);
@@ -564,6 +577,7 @@ const _: () = assert!(core::mem::size_of::<EventHeader>() == 24);
 const _: () = assert!(core::mem::size_of::<SyscallEvent>() == 184);
 const _: () = assert!(core::mem::size_of::<SyscallPathEvent>() == 184 + PATH_CAP);
 const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 48);
+const _: () = assert!(core::mem::size_of::<FutexWakeRing>() == 8 + 40 * FUTEX_WAKE_SLOTS as usize);
 const _: () = assert!(core::mem::size_of::<SyscallStats>() == 8 * (5 + LATENCY_BUCKETS + SIZE_BUCKETS));
 const _: () = assert!(core::mem::size_of::<ThreadState>() == 88 + PATH_CAP);
 

@@ -2,15 +2,28 @@
 /*
  * Sending events to the daemon. Every attempt is counted (EVENTS_SENT) and
  * every reservation that fails too (DROP_RINGBUF): nothing is lost silently.
+ *
+ * Waking the daemon for each event would cost the traced call an irq_work
+ * and a wakeup (microseconds); instead events are submitted silently and
+ * the daemon polls the ring every few milliseconds, unless the ring fills
+ * past probe_config.wakeup_bytes: then the submit wakes it at once.
  */
 #pragma once
+
+static __always_inline __u64 submit_flags(const struct probe_config *cfg)
+{
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= cfg->wakeup_bytes)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
 
 /* What sys_exit knows about a call beyond its thread state. */
 struct call_info {
 	__u64 pid_tgid;
 	__u64 duration_ns;
 	long ret;
-	const struct futex_wake *waker;
+	/* Futex waits: the wake that ended it (tid 0 if unknown). */
+	struct futex_wake waker;
 	__u16 reasons;
 	__u16 file_class;
 	__u16 file_mode;
@@ -26,13 +39,8 @@ static __always_inline void fill_call(struct syscall_event *ev, const struct thr
 	ev->reasons = c->reasons;
 	ev->path_len = 0;
 	ev->file_class = c->file_class;
-	if (c->waker) {
-		ev->waker_tid = c->waker->tid;
-		__builtin_memcpy(ev->waker_comm, c->waker->comm, SP_COMM_LEN);
-	} else {
-		ev->waker_tid = 0;
-		__builtin_memset(ev->waker_comm, 0, SP_COMM_LEN);
-	}
+	ev->waker_tid = c->waker.tid;
+	__builtin_memcpy(ev->waker_comm, c->waker.comm, SP_COMM_LEN);
 	ev->file_mode = c->file_mode;
 	ev->file_dev = c->file_dev;
 	ev->file_ino = c->file_ino;
@@ -49,8 +57,8 @@ static __always_inline void fill_call(struct syscall_event *ev, const struct thr
 }
 
 /* with_path: the call has a path argument; it is sent along. */
-static __always_inline void emit_call(const struct thread_state *st, const struct stats_key *key,
-				      struct call_info *c, bool with_path)
+static __always_inline void emit_call(const struct probe_config *cfg, const struct thread_state *st,
+				      const struct stats_key *key, struct call_info *c, bool with_path)
 {
 	count(SP_COUNTER_EVENTS_SENT);
 	if (with_path) {
@@ -65,7 +73,7 @@ static __always_inline void emit_call(const struct thread_state *st, const struc
 		ev->call.reasons |= st->path_flags;
 		ev->call.path_len = st->path_len;
 		__builtin_memcpy(ev->path, st->path, SP_PATH_CAP);
-		bpf_ringbuf_submit(ev, 0);
+		bpf_ringbuf_submit(ev, submit_flags(cfg));
 	} else {
 		struct syscall_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
 		if (!ev) {
@@ -73,12 +81,12 @@ static __always_inline void emit_call(const struct thread_state *st, const struc
 			return;
 		}
 		fill_call(ev, st, key, c);
-		bpf_ringbuf_submit(ev, 0);
+		bpf_ringbuf_submit(ev, submit_flags(cfg));
 	}
 }
 
-static __always_inline void emit_process(__u32 kind, __u64 pid_tgid, __u32 parent_tgid,
-					 int exit_code, const struct task_struct *named)
+static __always_inline void emit_process(const struct probe_config *cfg, __u32 kind, __u64 pid_tgid,
+					 __u32 parent_tgid, int exit_code, const struct task_struct *named)
 {
 	count(SP_COUNTER_EVENTS_SENT);
 	struct process_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
@@ -90,10 +98,11 @@ static __always_inline void emit_process(__u32 kind, __u64 pid_tgid, __u32 paren
 	ev->parent_tgid = parent_tgid;
 	ev->exit_code = exit_code;
 	read_comm((char *)ev->comm, named);
-	bpf_ringbuf_submit(ev, 0);
+	bpf_ringbuf_submit(ev, submit_flags(cfg));
 }
 
-static __always_inline void emit_file_close(__u64 pid_tgid, __u32 fd, const struct open_file *of)
+static __always_inline void emit_file_close(const struct probe_config *cfg, __u64 pid_tgid, __u32 fd,
+					    const struct open_file *of)
 {
 	count(SP_COUNTER_EVENTS_SENT);
 	struct file_close_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
@@ -105,5 +114,5 @@ static __always_inline void emit_file_close(__u64 pid_tgid, __u32 fd, const stru
 	ev->fd = fd;
 	ev->_pad = 0;
 	ev->file = *of;
-	bpf_ringbuf_submit(ev, 0);
+	bpf_ringbuf_submit(ev, submit_flags(cfg));
 }

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: (MIT OR GPL-2.0) */
 /*
  * Who ended a long futex wait? Every wake of a watched process is noted at
- * entry (before it can wake anyone) in futex_wakes, per futex word; when a
- * long wait returns 0, the note on its word newer than the wait's start
- * names the waker.
+ * its entry (before it can wake anyone) in this CPU's ring of recent wakes:
+ * a few stores, no hashing, no lock, because wakes are frequent. Only a
+ * wait that lasted long enough to be reported searches the rings of all
+ * CPUs for the latest wake of its futex word since it started.
  */
 #pragma once
 
@@ -21,56 +22,95 @@ static __always_inline bool futex_cmd_has_timeout(__u32 cmd)
 	       cmd == FUTEX_LOCK_PI2 || cmd == FUTEX_WAIT_REQUEUE_PI;
 }
 
-static __always_inline void note_wake(__u32 tgid, __u64 uaddr, __u32 tid, __u64 now)
+static __always_inline void note_wake(struct futex_wake_ring *ring, const struct task_struct *task,
+				      __u64 uaddr, __u64 now)
 {
-	struct futex_wake_key key = { .tgid = tgid, .uaddr = uaddr };
-	struct futex_wake w = { .tid = tid, .time_ns = now };
+	__u32 i = ring->next++ & (SP_FUTEX_WAKE_SLOTS - 1);
+	struct futex_wake *w = &ring->wakes[i];
 
-	bpf_get_current_comm(w.comm, sizeof(w.comm));
-	bpf_map_update_elem(&futex_wakes, &key, &w, BPF_ANY);
+	w->tgid = task->tgid;
+	w->tid = task->pid;
+	w->uaddr = uaddr;
+	w->time_ns = now;
+	__builtin_memcpy(w->comm, task->comm, SP_COMM_LEN);
 }
 
 /* At futex entry: note a wake on the words it may wake. */
-static __always_inline void futex_enter(const struct thread_state *st, __u64 pid_tgid, __u64 now)
+static __always_inline void futex_enter(const struct thread_state *st, const struct task_struct *task, __u64 now)
 {
 	__u32 cmd = st->args[1] & SP_FUTEX_CMD_MASK;
 
 	if (!futex_cmd_wakes(cmd))
 		return;
-	__u32 tgid = pid_tgid >> 32, tid = (__u32)pid_tgid;
+	__u32 zero = 0;
+	struct futex_wake_ring *ring = bpf_map_lookup_elem(&futex_wakes, &zero);
+	if (!ring)
+		return;
 	/* CMP_REQUEUE_PI hands uaddr2's lock to a waiter; WAKE_OP wakes on both. */
 	if (cmd == FUTEX_CMP_REQUEUE_PI || cmd == FUTEX_WAKE_OP)
-		note_wake(tgid, st->args[4], tid, now);
+		note_wake(ring, task, st->args[4], now);
 	if (cmd != FUTEX_CMP_REQUEUE_PI)
-		note_wake(tgid, st->args[0], tid, now);
+		note_wake(ring, task, st->args[0], now);
 }
 
-/* The wake that ended this wait, NULL if unknown or not a woken wait. */
-static __always_inline struct futex_wake *futex_waker(const struct thread_state *st, int idx, long ret,
-						       __u32 tgid)
-{
+/* What a long wait looks for, and the best match so far. */
+struct waker_search {
+	__u32 tgid;
+	__u32 found;
 	__u64 uaddr;
+	__u64 since;
+	struct futex_wake best;
+};
+
+static long search_cpu(__u64 cpu, void *ctx)
+{
+	struct waker_search *s = ctx;
+	__u32 zero = 0;
+	struct futex_wake_ring *ring = bpf_map_lookup_percpu_elem(&futex_wakes, &zero, cpu);
+
+	if (!ring)
+		return 1; /* past the last CPU */
+	for (int i = 0; i < SP_FUTEX_WAKE_SLOTS; i++) {
+		struct futex_wake *w = &ring->wakes[i];
+		if (w->tgid == s->tgid && w->uaddr == s->uaddr && w->time_ns >= s->since &&
+		    (!s->found || w->time_ns > s->best.time_ns)) {
+			s->best = *w;
+			s->found = 1;
+		}
+	}
+	return 0;
+}
+
+/* Fills `out` with the wake that ended this wait; false if unknown or not a
+ * woken wait. */
+static __always_inline bool futex_waker(const struct probe_config *cfg, const struct thread_state *st, int idx,
+					long ret, __u32 tgid, struct futex_wake *out)
+{
+	struct waker_search s = { .tgid = tgid, .since = st->start_ns };
 
 	if (idx == SP_SYSCALL_FUTEX_WAITV) {
 		/* Returns the index of the futex that woke it. */
 		struct futex_waitv w;
 		if (ret < 0 || ret >= 128 ||
 		    bpf_probe_read_user(&w, sizeof(w), (void *)(st->args[0] + ret * sizeof(w))))
-			return NULL;
-		uaddr = w.uaddr;
+			return false;
+		s.uaddr = w.uaddr;
 	} else {
 		__u32 cmd = st->args[1] & SP_FUTEX_CMD_MASK;
 		if (ret != 0)
-			return NULL;
+			return false;
 		if (cmd == FUTEX_WAIT || cmd == FUTEX_WAIT_BITSET || cmd == FUTEX_LOCK_PI ||
 		    cmd == FUTEX_LOCK_PI2)
-			uaddr = st->args[0];
+			s.uaddr = st->args[0];
 		else if (cmd == FUTEX_WAIT_REQUEUE_PI)
-			uaddr = st->args[4];
+			s.uaddr = st->args[4];
 		else
-			return NULL;
+			return false;
 	}
-	struct futex_wake_key key = { .tgid = tgid, .uaddr = uaddr };
-	struct futex_wake *w = bpf_map_lookup_elem(&futex_wakes, &key);
-	return w && w->time_ns >= st->start_ns ? w : NULL;
+	__u32 cpus = cfg->nr_cpus < SP_MAX_CPUS ? cfg->nr_cpus : SP_MAX_CPUS;
+	bpf_loop(cpus, search_cpu, &s, 0);
+	if (!s.found)
+		return false;
+	*out = s.best;
+	return true;
 }

@@ -95,12 +95,12 @@ struct {
 	__type(value, __u32);
 } file_classes SEC(".maps");
 
-/* Last waker of each futex word: who ended a long wait. */
+/* Recent futex wakes, per CPU: who ended a long wait (futex.h). */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, SP_MAX_FUTEX_WAKES);
-	__type(key, struct futex_wake_key);
-	__type(value, struct futex_wake);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct futex_wake_ring);
 } futex_wakes SEC(".maps");
 
 /* COUNTER_* -> count, per CPU: drops, overflows, events sent. */

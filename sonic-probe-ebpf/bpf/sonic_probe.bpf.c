@@ -103,7 +103,7 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	/* Last, so that our own work above is not part of the call's time. */
 	st->start_ns = bpf_ktime_get_ns();
 	if (idx == SP_SYSCALL_FUTEX)
-		futex_enter(st, pid_tgid, st->start_ns);
+		futex_enter(st, task, st->start_ns);
 	return 0;
 }
 
@@ -141,7 +141,10 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	bool failed = ret < 0 && ret >= -4095;
 
 	struct stats_key key = { .tgid = tgid, .syscall = idx };
-	read_comm((char *)key.comm, task->group_leader);
+	{
+		struct task_struct *leader = task->group_leader;
+		__builtin_memcpy(key.comm, leader->comm, SP_COMM_LEN);
+	}
 
 	/* The kernel faulted the path's page in while the call ran: try again. */
 	int parg = sp_syscall_path_arg(idx);
@@ -181,7 +184,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		if (of) {
 			describe_file(&c, of);
 			if (of->opened_ns && S_ISREG(of->mode))
-				emit_file_close(c.pid_tgid, fk.fd, of);
+				emit_file_close(cfg, c.pid_tgid, fk.fd, of);
 			bpf_map_delete_elem(&open_files, &fk);
 		}
 	}
@@ -203,14 +206,15 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	if (!c.reasons)
 		return 0;
 
-	if (idx == SP_SYSCALL_FUTEX || idx == SP_SYSCALL_FUTEX_WAITV)
-		c.waker = futex_waker(st, idx, ret, tgid);
+	if ((idx == SP_SYSCALL_FUTEX || idx == SP_SYSCALL_FUTEX_WAITV) &&
+	    !futex_waker(cfg, st, idx, ret, tgid, &c.waker))
+		c.waker.tid = 0;
 	if (idx == SP_SYSCALL_MMAP && !(st->args[3] & MAP_ANONYMOUS)) {
 		struct open_file *of = lookup_fd(task, tgid, st->args[4]);
 		if (of)
 			describe_file(&c, of);
 	}
-	emit_call(st, &key, &c, sp_syscall_path_arg(idx) >= 0);
+	emit_call(cfg, st, &key, &c, sp_syscall_path_arg(idx) >= 0);
 	return 0;
 }
 
@@ -238,7 +242,7 @@ int BPF_PROG(sched_process_fork, struct task_struct *parent, struct task_struct 
 		if (cflags && bpf_map_update_elem(&target_processes, &ctgid, &cflags, BPF_ANY))
 			count(SP_COUNTER_DROP_TARGET);
 	}
-	emit_process(SP_EVENT_PROCESS_FORK, ((__u64)ctgid << 32) | (__u32)child->pid, ptgid, 0, child);
+	emit_process(cfg, SP_EVENT_PROCESS_FORK, ((__u64)ctgid << 32) | (__u32)child->pid, ptgid, 0, child);
 	return 0;
 }
 
@@ -265,7 +269,7 @@ int BPF_PROG(sched_process_exec, struct task_struct *p, pid_t old_pid, struct li
 
 	struct probe_config *cfg = get_config();
 	if (cfg && is_target(cfg, tgid))
-		emit_process(SP_EVENT_PROCESS_EXEC, bpf_get_current_pid_tgid(), p->real_parent->tgid, 0, p);
+		emit_process(cfg, SP_EVENT_PROCESS_EXEC, bpf_get_current_pid_tgid(), p->real_parent->tgid, 0, p);
 	return 0;
 }
 
@@ -282,7 +286,7 @@ int BPF_PROG(sched_process_exit, struct task_struct *p)
 
 	bpf_map_delete_elem(&target_processes, &tgid);
 	if (traced)
-		emit_process(SP_EVENT_PROCESS_EXIT, bpf_get_current_pid_tgid(), p->real_parent->tgid,
+		emit_process(cfg, SP_EVENT_PROCESS_EXIT, bpf_get_current_pid_tgid(), p->real_parent->tgid,
 			     p->exit_code, p->group_leader);
 	return 0;
 }

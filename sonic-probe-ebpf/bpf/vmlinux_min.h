@@ -41,6 +41,7 @@ enum bpf_map_type {
 #define BPF_F_NO_PREALLOC 1
 #define BPF_LOCAL_STORAGE_GET_F_CREATE 1
 #define BPF_RB_NO_WAKEUP 1
+#define BPF_RB_AVAIL_DATA 0
 #define BPF_RB_FORCE_WAKEUP 2
 
 /* arch/x86/include/asm/thread_info.h */

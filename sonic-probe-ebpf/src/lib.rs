@@ -65,6 +65,5 @@ pub mod maps {
     pub const COUNTERS: &str = "counters";
     pub const OPEN_FILES: &str = "open_files";
     pub const FILE_CLASSES: &str = "file_classes";
-    pub const FUTEX_WAKES: &str = "futex_wakes";
     pub const EVENTS: &str = "events";
 }

@@ -128,6 +128,9 @@ pub fn probe_config(config: &RunConfig) -> ProbeConfig {
         slow_call_ns: u64::try_from(config.kernel_slow_threshold().as_nanos()).unwrap_or(u64::MAX),
         large_size: config.large_map_bytes,
         small_size: config.small_read_bytes,
+        wakeup_bytes: u64::from(config.ringbuf_bytes / 4),
+        nr_cpus: aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1),
+        _pad2: 0,
     }
 }
 

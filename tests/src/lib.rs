@@ -151,6 +151,19 @@ impl Daemon {
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("bad findings JSON ({e}): {body}"))
     }
 
+    /// GET /findings until `done` holds (events reach the daemon within a
+    /// poll interval, 20 ms), or 10 s.
+    pub fn findings_when(&self, done: impl Fn(&[serde_json::Value]) -> bool) -> Vec<serde_json::Value> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let f = self.findings();
+            if done(&f) || Instant::now() > deadline {
+                return f;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Scrapes /metrics.
     pub fn metrics(&self) -> Metrics {
         let (status, body) = self.get("/metrics");

@@ -181,7 +181,7 @@ fn every_futex_wait_operation_is_a_stall_with_its_waker() {
         let pid = w.pid();
         let d = daemon_for(pid);
         assert!(w.go().success(), "{op}");
-        let f = d.findings();
+        let f = d.findings_when(|f| !f.is_empty());
         let stalls = of_kind(&f, "futex_stall");
         assert_eq!(stalls.len(), 1, "{op}: {f:#?}");
         let s = stalls[0];
@@ -209,6 +209,7 @@ fn findings_command_prints_a_table_and_json() {
     let w = Workload::start(Some(&comm), &["stall", "wait", "400"]);
     let d = daemon_for(w.pid());
     assert!(w.go().success());
+    d.findings_when(|f| !f.is_empty());
     let url = format!("http://{}", d.addr);
     let bin = sonic_probe_tests::sonic_probe_bin();
     let table = Command::new(&bin).args(["findings", "--url", &url]).output().unwrap();

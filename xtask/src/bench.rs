@@ -109,11 +109,21 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// Starts a process and waits for a line of its stderr containing `ready`.
-fn spawn_until(mut cmd: Command, ready: &str) -> Result<Child> {
-    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().context("spawn tracer")?;
-    let err = child.stderr.take().expect("piped");
-    let mut lines = BufReader::new(err).lines();
+/// Starts a process and waits for a line of its stderr (or stdout, with
+/// `on_stdout`) containing `ready`.
+fn spawn_until(mut cmd: Command, ready: &str, on_stdout: bool) -> Result<Child> {
+    let mut child = if on_stdout {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn()
+    } else {
+        cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn()
+    }
+    .context("spawn tracer")?;
+    let stream: Box<dyn std::io::Read + Send> = if on_stdout {
+        Box::new(child.stdout.take().expect("piped"))
+    } else {
+        Box::new(child.stderr.take().expect("piped"))
+    };
+    let mut lines = BufReader::new(stream).lines();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         match lines.next() {
@@ -165,12 +175,12 @@ impl Bench {
             Tracer::SonicRun => {
                 let mut c = Command::new(&self.sonic);
                 c.args(["run", "--listen", "127.0.0.1:0"]);
-                Attached::Process(spawn_until(c, " ready in ")?)
+                Attached::Process(spawn_until(c, " ready in ", false)?)
             }
             Tracer::Bpftrace => {
                 let mut c = Command::new("bpftrace");
                 c.args(["-e", BPFTRACE]);
-                let child = spawn_until(c, "Attaching")?;
+                let child = spawn_until(c, "Attaching", true)?;
                 std::thread::sleep(Duration::from_millis(500));
                 Attached::Process(child)
             }
@@ -331,7 +341,7 @@ pub fn daemon_load(root: &Path, rate: u64, seconds: u64) -> Result<(f64, u64, f6
     let started = Instant::now();
     let mut cmd = Command::new(&b.sonic);
     cmd.args(["run", "--listen", "127.0.0.1:0"]);
-    let child = spawn_until(cmd, " ready in ")?;
+    let child = spawn_until(cmd, " ready in ", false)?;
     let ready_ms = started.elapsed().as_secs_f64() * 1000.0;
     let pid = child.id();
     let attached = Attached::Process(child);

@@ -44,6 +44,27 @@ impl ReaderStats {
     }
 }
 
+/// How often the ring is drained when the kernel does not wake us: it
+/// submits silently until the ring is a quarter full (see events.h).
+pub const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(20);
+
+fn drain(ring: &mut RingBuf<MapData>, queue: &mpsc::Sender<Event>, stats: &ReaderStats) {
+    while let Some(item) = ring.next() {
+        match decode(&item) {
+            Ok(ev) => {
+                stats.count_kind(ev.kind());
+                if queue.try_send(ev).is_err() {
+                    stats.queue_drops.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Err(e) => {
+                stats.decode_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("undecodable event: {e}");
+            }
+        }
+    }
+}
+
 /// Reads events until the task is dropped (or the ring fd fails).
 pub async fn run(
     ring: RingBuf<MapData>,
@@ -54,23 +75,16 @@ pub async fn run(
     // for as long as the AsyncFd owns the RingBuf.
     let mut fd = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
         .map_err(std::io::Error::from)?;
+    let mut poll = tokio::time::interval(POLL_INTERVAL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let mut guard = fd.readable_mut().await?;
-        let ring = guard.get_inner_mut();
-        while let Some(item) = ring.next() {
-            match decode(&item) {
-                Ok(ev) => {
-                    stats.count_kind(ev.kind());
-                    if queue.try_send(ev).is_err() {
-                        stats.queue_drops.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                Err(e) => {
-                    stats.decode_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!("undecodable event: {e}");
-                }
+        tokio::select! {
+            guard = fd.readable_mut() => {
+                let mut guard = guard?;
+                drain(guard.get_inner_mut(), &queue, &stats);
+                guard.clear_ready();
             }
+            _ = poll.tick() => drain(fd.get_mut(), &queue, &stats),
         }
-        guard.clear_ready();
     }
 }

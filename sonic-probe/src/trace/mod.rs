@@ -263,6 +263,9 @@ async fn trace(opts: TraceOptions, mut child: Option<WaitingChild>) -> Result<Ex
         slow_call_ns: 0,
         large_size: 0,
         small_size: 0,
+        wakeup_bytes: u64::from(opts.ringbuf_bytes / 8),
+        nr_cpus: aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1),
+        _pad2: 0,
     })?;
     let mut targets = probe.take_targets()?;
     let store = StatsStore::new(probe.take_aggregates()?, Arc::new(Mutex::new(CommLabels::new(usize::MAX))));
@@ -316,6 +319,9 @@ async fn trace(opts: TraceOptions, mut child: Option<WaitingChild>) -> Result<Ex
     let mut ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
         .map_err(std::io::Error::from)
         .context("cannot watch the ring buffer")?;
+    // The kernel submits silently until the ring is an eighth full: poll it.
+    let mut poll = tokio::time::interval(Duration::from_millis(10));
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     let mut interrupted = false;
 
@@ -328,6 +334,12 @@ async fn trace(opts: TraceOptions, mut child: Option<WaitingChild>) -> Result<Ex
                 }
                 guard.clear_ready();
                 lost.report(&store, &mut *printer.out).map_err(write_err)?;
+                printer.out.flush().map_err(write_err)?;
+            }
+            _ = poll.tick() => {
+                while let Some(item) = ring.get_mut().next() {
+                    printer.handle(&item)?;
+                }
                 printer.out.flush().map_err(write_err)?;
             }
             _ = tick.tick() => {
