@@ -22,8 +22,6 @@ struct call_info {
 	__u64 pid_tgid;
 	__u64 duration_ns;
 	long ret;
-	/* Futex waits: the wake that ended it (tid 0 if unknown). */
-	struct futex_wake waker;
 	__u16 reasons;
 	__u16 file_class;
 	__u16 file_mode;
@@ -31,16 +29,23 @@ struct call_info {
 	__u64 file_ino;
 };
 
+/* waker: the wake that ended a futex wait, or NULL. */
 static __always_inline void fill_call(struct syscall_event *ev, const struct thread_state *st,
-				      const struct stats_key *key, const struct call_info *c)
+				      const struct stats_key *key, const struct call_info *c,
+				      const struct futex_wake *waker)
 {
 	fill_header(&ev->header, SP_EVENT_SYSCALL, c->pid_tgid, st->start_ns);
 	ev->syscall = st->syscall;
 	ev->reasons = c->reasons;
 	ev->path_len = 0;
 	ev->file_class = c->file_class;
-	ev->waker_tid = c->waker.tid;
-	__builtin_memcpy(ev->waker_comm, c->waker.comm, SP_COMM_LEN);
+	if (waker) {
+		ev->waker_tid = waker->tid;
+		__builtin_memcpy(ev->waker_comm, waker->comm, SP_COMM_LEN);
+	} else {
+		ev->waker_tid = 0;
+		__builtin_memset(ev->waker_comm, 0, SP_COMM_LEN);
+	}
 	ev->file_mode = c->file_mode;
 	ev->file_dev = c->file_dev;
 	ev->file_ino = c->file_ino;
@@ -58,7 +63,8 @@ static __always_inline void fill_call(struct syscall_event *ev, const struct thr
 
 /* with_path: the call has a path argument; it is sent along. */
 static __always_inline void emit_call(const struct probe_config *cfg, const struct thread_state *st,
-				      const struct stats_key *key, struct call_info *c, bool with_path)
+				      const struct stats_key *key, struct call_info *c, bool with_path,
+				      const struct futex_wake *waker)
 {
 	count(SP_COUNTER_EVENTS_SENT);
 	if (with_path) {
@@ -68,7 +74,7 @@ static __always_inline void emit_call(const struct probe_config *cfg, const stru
 			count(SP_COUNTER_DROP_RINGBUF);
 			return;
 		}
-		fill_call(&ev->call, st, key, c);
+		fill_call(&ev->call, st, key, c, waker);
 		ev->call.header.kind = SP_EVENT_SYSCALL_PATH;
 		ev->call.reasons |= st->path_flags;
 		ev->call.path_len = st->path_len;
@@ -80,7 +86,7 @@ static __always_inline void emit_call(const struct probe_config *cfg, const stru
 			count(SP_COUNTER_DROP_RINGBUF);
 			return;
 		}
-		fill_call(ev, st, key, c);
+		fill_call(ev, st, key, c, waker);
 		bpf_ringbuf_submit(ev, submit_flags(cfg));
 	}
 }

@@ -18,10 +18,14 @@
  * returns false (leaving them 0) if it is not open. */
 static __always_inline bool fd_inode(struct task_struct *task, __u32 fd, struct open_file *out)
 {
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+	/* Direct loads through the task's BTF pointers, no helper calls. */
+	struct files_struct *files = task->files;
+	if (!files)
 		return false;
-	struct file **fds = BPF_CORE_READ(fdt, fd);
+	struct fdtable *fdt = files->fdt;
+	if (!fdt || fd >= fdt->max_fds)
+		return false;
+	struct file **fds = fdt->fd;
 	struct file *f = NULL;
 	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
 		return false;

@@ -60,11 +60,10 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	struct probe_config *cfg = get_config();
 	if (!cfg)
 		return 0;
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 pid_tgid = ((__u64)task->tgid << 32) | (__u32)task->pid;
 	if (!is_target_thread(cfg, pid_tgid))
 		return 0;
-
-	struct task_struct *task = bpf_get_current_task_btf();
 	/* A 32-bit call uses the i386 numbering: not the call we think. */
 	if (task->thread_info.status & TS_COMPAT)
 		return 0;
@@ -131,7 +130,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 
 	struct call_info c = {
 		.duration_ns = bpf_ktime_get_ns() - st->start_ns,
-		.pid_tgid = bpf_get_current_pid_tgid(),
+		.pid_tgid = ((__u64)task->tgid << 32) | (__u32)task->pid,
 		.ret = ret,
 	};
 	struct probe_config *cfg = get_config();
@@ -183,7 +182,8 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		struct open_file *of = bpf_map_lookup_elem(&open_files, &fk);
 		if (of) {
 			describe_file(&c, of);
-			if (of->opened_ns && S_ISREG(of->mode))
+			/* Only what was read through it matters to the daemon. */
+			if (of->opened_ns && of->reads && S_ISREG(of->mode))
 				emit_file_close(cfg, c.pid_tgid, fk.fd, of);
 			bpf_map_delete_elem(&open_files, &fk);
 		}
@@ -206,15 +206,15 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	if (!c.reasons)
 		return 0;
 
-	if ((idx == SP_SYSCALL_FUTEX || idx == SP_SYSCALL_FUTEX_WAITV) &&
-	    !futex_waker(cfg, st, idx, ret, tgid, &c.waker))
-		c.waker.tid = 0;
+	struct futex_wake waker;
+	bool woken = (idx == SP_SYSCALL_FUTEX || idx == SP_SYSCALL_FUTEX_WAITV) &&
+		     futex_waker(cfg, st, idx, ret, tgid, &waker);
 	if (idx == SP_SYSCALL_MMAP && !(st->args[3] & MAP_ANONYMOUS)) {
 		struct open_file *of = lookup_fd(task, tgid, st->args[4]);
 		if (of)
 			describe_file(&c, of);
 	}
-	emit_call(cfg, st, &key, &c, sp_syscall_path_arg(idx) >= 0);
+	emit_call(cfg, st, &key, &c, sp_syscall_path_arg(idx) >= 0, woken ? &waker : NULL);
 	return 0;
 }
 

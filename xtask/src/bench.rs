@@ -35,6 +35,19 @@ pub enum Tracer {
 }
 
 impl Tracer {
+    /// Name for --only.
+    pub fn short(self) -> &'static str {
+        match self {
+            Tracer::None => "none",
+            Tracer::Floor => "floor",
+            Tracer::SonicRun => "run",
+            Tracer::SonicTrace => "trace",
+            Tracer::Bpftrace => "bpftrace",
+            Tracer::PerfTrace => "perf",
+            Tracer::Strace => "strace",
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Tracer::None => "none",

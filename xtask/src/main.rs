@@ -27,7 +27,7 @@ tasks:
                  included (needs root: they load the real BPF programs)
   demo           run the daemon against a faulty stand-in of the Sonic service
                  (tests/workloads/sonic_sim.py) and print what it found (needs root)
-  bench [--smoke] [--rounds N]
+  bench [--smoke] [--rounds N] [--only none,floor,run,trace,bpftrace,perf,strace]
                  measure the cost per call of sonic-probe against no tracer, the
                  floor (empty BPF programs), bpftrace, perf trace and strace, and
                  the daemon's CPU, memory, start time and scaling; writes
@@ -271,7 +271,16 @@ fn bench_task(args: &[String]) -> Result<()> {
     if !Path::new("/sys/kernel/tracing/events").exists() {
         let _ = Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]).status();
     }
-    let tracers = [None, Floor, SonicRun, SonicTrace, Bpftrace, PerfTrace, Strace];
+    let all = [None, Floor, SonicRun, SonicTrace, Bpftrace, PerfTrace, Strace];
+    // --only none,floor,run: a subset (for quick comparisons while optimizing).
+    let tracers: Vec<bench::Tracer> =
+        match args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)) {
+            Some(list) => {
+                let names: Vec<&str> = list.split(',').collect();
+                all.iter().copied().filter(|t| names.contains(&t.short())).collect()
+            }
+            Option::None => all.to_vec(),
+        };
     let mut report = String::from("# sonic-probe benchmark\n\n");
     report.push_str(&format!(
         "Kernel {}, {} CPUs; {} round(s){}.\n\n",
@@ -281,6 +290,10 @@ fn bench_task(args: &[String]) -> Result<()> {
         if smoke { ", smoke run (fewer iterations)" } else { "" }
     ));
     report.push_str(&bench::run(&root(), smoke, rounds, &tracers)?);
+    if tracers.len() < all.len() {
+        println!("{report}");
+        return Ok(());
+    }
     let (cpu, rss, ready) = bench::daemon_load(&root(), 100_000, if smoke { 2 } else { 10 })?;
     report.push_str(&format!(
         "\n## The daemon\n\n| measure | value | target |\n|---|---|---|\n\
