@@ -241,6 +241,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "N")]
     pub max_findings: Option<usize>,
 
+    /// Read the kernel's BTF (type information) from this file instead of
+    /// /sys/kernel/btf/vmlinux: for kernels built without it, with a BTF
+    /// file from BTFHub or `pahole --btf_encode_detached`.
+    #[arg(long, value_name = "PATH")]
+    pub btf: Option<std::path::PathBuf>,
+
     /// Turn on the kernel's BPF run-time statistics while running (like
     /// sysctl kernel.bpf_stats_enabled=1) to export
     /// sonic_probe_bpf_program_run_seconds_total. Costs ~20 ns per program
@@ -256,7 +262,10 @@ pub fn main() -> ExitCode {
         Err(e) => return usage_error(e),
     };
     if !matches!(cli.command, Command::Run(_)) {
-        init_logging(cli.log_level.as_deref().unwrap_or("info"));
+        if let Err(e) = init_logging(cli.log_level.as_deref().unwrap_or("info")) {
+            eprintln!("sonic-probe: error: {}", one_line(&e));
+            return e.exit_code();
+        }
     }
     let result = match cli.command {
         // run reads its log level from the config file too.
@@ -312,11 +321,15 @@ pub(crate) fn one_line(e: &crate::error::Error) -> String {
     }
 }
 
-pub(crate) fn init_logging(filter: &str) {
+/// Sets up logging to stderr; a filter that does not parse is a usage error.
+pub(crate) fn init_logging(filter: &str) -> crate::error::Result<()> {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(filter))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = match EnvFilter::try_from_default_env() {
+        Ok(f) => f,
+        Err(_) => EnvFilter::try_new(filter).map_err(|e| {
+            crate::error::Error::usage(format!("--log-level {filter}: not a log filter ({e})"))
+        })?,
+    };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -324,6 +337,7 @@ pub(crate) fn init_logging(filter: &str) {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init()
         .ok();
+    Ok(())
 }
 
 #[cfg(test)]

@@ -64,6 +64,7 @@ pub fn merge(cli: &RunArgs, file: &FileOptions) -> RunArgs {
         ignore_path: list(&cli.ignore_path, &file.ignore_path),
         findings_window: cli.findings_window.or(file.findings_window),
         max_findings: cli.max_findings.or(file.max_findings),
+        btf: cli.btf.clone().or_else(|| file.btf.clone()),
         bpf_stats: cli.bpf_stats || file.bpf_stats.unwrap_or(false),
     }
 }
@@ -82,6 +83,8 @@ pub struct RunConfig {
     pub findings: Settings,
     /// The config file, re-read on SIGHUP.
     pub config_file: Option<std::path::PathBuf>,
+    /// BTF file to use instead of /sys/kernel/btf/vmlinux.
+    pub btf: Option<std::path::PathBuf>,
     pub log_level: String,
 }
 
@@ -119,6 +122,7 @@ impl RunConfig {
             bpf_stats: args.bpf_stats,
             findings: findings_settings(args)?,
             config_file: args.config.clone(),
+            btf: args.btf.clone(),
             log_level: DEFAULT_LOG_LEVEL.into(),
         })
     }

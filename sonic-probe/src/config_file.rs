@@ -56,6 +56,7 @@ pub struct FileOptions {
     pub findings_window: Option<Duration>,
     pub max_findings: Option<usize>,
     pub bpf_stats: Option<bool>,
+    pub btf: Option<std::path::PathBuf>,
     pub log_level: Option<String>,
 }
 
@@ -82,6 +83,7 @@ pub const KEYS: &[&str] = &[
     "findings_window",
     "max_findings",
     "bpf_stats",
+    "btf",
     "log_level",
 ];
 
@@ -189,6 +191,7 @@ mod tests {
             findings_window = "1h"
             max_findings = 50
             bpf_stats = true
+            btf = "/boot/vmlinux.btf"
             log_level = "debug"
         "#;
         let o = parse(text, Path::new("x.toml")).unwrap();

@@ -47,7 +47,7 @@ const FOLD_INTERVAL: Duration = Duration::from_secs(5);
 
 pub fn run(args: RunArgs, log_level: Option<String>) -> Result<()> {
     let config = RunConfig::load(&args, log_level.as_deref())?;
-    crate::cli::init_logging(&config.log_level);
+    crate::cli::init_logging(&config.log_level)?;
     crate::privileges::check()?;
     raise_memlock_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -102,7 +102,7 @@ pub fn check_config(args: &crate::cli::CheckConfigArgs) -> Result<()> {
     if args.attach {
         crate::privileges::check()?;
         raise_memlock_limit();
-        let mut probe = Probe::load(config.ringbuf_bytes)?;
+        let mut probe = Probe::load(config.ringbuf_bytes, config.btf.as_deref())?;
         probe.set_config(&probe_config(&config))?;
         probe.take_targets()?.apply(&config.targets)?;
         probe.attach(ProgramGroup::Lifecycle)?;
@@ -149,7 +149,7 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     let server = tokio::spawn(http::serve(listener, http_state.clone()));
 
     status("loading the BPF programs");
-    let mut probe = Probe::load(config.ringbuf_bytes)?;
+    let mut probe = Probe::load(config.ringbuf_bytes, config.btf.as_deref())?;
     probe.set_config(&probe_config(&config))?;
     probe.set_file_classes(sonic_probe_common::DEFAULT_FILE_CLASSES)?;
     let mut targets = probe.take_targets()?;
@@ -279,6 +279,7 @@ impl Reloader {
             ("ringbuf_size", new.ringbuf_bytes != old.ringbuf_bytes),
             ("max_comms", new.max_comms != old.max_comms),
             ("bpf_stats", new.bpf_stats != old.bpf_stats),
+            ("btf", new.btf != old.btf),
             ("log_level", new.log_level != old.log_level),
         ] {
             if changed {
@@ -293,6 +294,7 @@ impl Reloader {
             ringbuf_bytes: old.ringbuf_bytes,
             max_comms: old.max_comms,
             bpf_stats: old.bpf_stats,
+            btf: old.btf.clone(),
             log_level: old.log_level.clone(),
             ..new
         };

@@ -75,49 +75,93 @@ fn bpftool_dump() -> String {
     String::from_utf8_lossy(&p.stdout).into_owned()
 }
 
-fn run(args: &[&str]) -> Output {
-    Command::new(sonic_probe_bin()).args(args).output().expect("run sonic-probe")
-}
-
 fn stderr_lines(o: &Output) -> Vec<String> {
     String::from_utf8_lossy(&o.stderr).lines().filter(|l| !l.trim().is_empty()).map(String::from).collect()
 }
 
+/// One row of docs/bad-input.md.
+struct Row {
+    number: u32,
+    args: String,
+    exit: i32,
+    says: String,
+}
+
+fn bad_input_table() -> Vec<Row> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/bad-input.md")).unwrap();
+    doc.lines()
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split('|').map(str::trim).collect();
+            // | # | `arguments` | exit | says |
+            let number = cols.get(1)?.parse().ok()?;
+            Some(Row {
+                number,
+                args: cols[2].trim_matches('`').to_string(),
+                exit: cols[3].parse().ok()?,
+                says: cols[4].to_string(),
+            })
+        })
+        .collect()
+}
+
 #[test]
-fn bad_input_gets_one_clear_line_and_nothing_attached() {
-    if !privileged("bad_input_gets_one_clear_line_and_nothing_attached") {
+fn every_bad_input_of_the_table() {
+    if !privileged("every_bad_input_of_the_table") {
         return;
     }
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let rows = bad_input_table();
+    assert!(rows.len() >= 25, "docs/bad-input.md lists {} bad inputs", rows.len());
     let baseline = our_bpf_objects();
+
     let busy = TcpListener::bind("127.0.0.1:0").unwrap();
     let busy_addr = busy.local_addr().unwrap().to_string();
-    let cases: &[(&[&str], i32, &str)] = &[
-        (&["run", "--pid", "999999999"], 2, "--pid 999999999"),
-        (&["run", "--pid", "0"], 2, "positive"),
-        (&["run", "--pid", "-5"], 2, "positive"),
-        (&["run", "--pid", "abc"], 2, "invalid value 'abc'"),
-        (&["run", "--cgroup", "/no/such/cgroup"], 2, "not a cgroup v2 directory"),
-        (&["run", "--comm", "a-name-longer-than-15"], 2, "at most 15 bytes"),
-        (&["run", "--listen", "nowhere"], 2, "'nowhere' is not an address"),
-        (&["run", "--listen", "1.2.3.4:99999"], 2, "is not an address"),
-        (&["run", "--slow-threshold", "soon"], 2, "is not a duration"),
-        (&["run", "--large-map-threshold", "huge"], 2, "is not a size"),
-        (&["run", "--ringbuf-size", "3MiB"], 2, "power of two"),
-        (&["run", "--max-comms", "0"], 2, "--max-comms 0"),
-        (&["run", "--bogus"], 2, "unexpected argument '--bogus'"),
-        (&["run", "--listen", &busy_addr], 1, "cannot listen on"),
-    ];
-    for (args, code, needle) in cases {
-        let o = run(args);
+    let mut gone = Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id().to_string();
+    gone.wait().unwrap();
+    let dir = std::env::temp_dir().join(sonic_probe_tests::unique_name("bad"));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text) in [
+        ("unknown.toml", "listen = \"127.0.0.1:9580\"\nstall_treshold = \"1s\"\n"),
+        ("baddur.toml", "# comment\nslow_threshold = \"fast\"\n"),
+        ("badsize.toml", "ringbuf_size = \"big\"\n"),
+        ("malformed.toml", "listen = [\n"),
+        ("badpid.toml", "pid = [\"x\"]\n"),
+    ] {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    let dir_s = dir.to_str().unwrap().to_string();
+
+    for row in &rows {
+        let args =
+            row.args.replace("{busy}", &busy_addr).replace("{gone}", &gone_pid).replace("{dir}", &dir_s);
+        let mut words: Vec<&str> = args.split_whitespace().collect();
+        let mut cmd = if words.first() == Some(&"{nopriv}") {
+            words.remove(0);
+            // Root with an empty bounding set execs with no capabilities at all.
+            let mut c = Command::new("setpriv");
+            c.args(["--bounding-set=-all", "--inh-caps=-all", "--"]).arg(sonic_probe_bin());
+            c
+        } else {
+            Command::new(sonic_probe_bin())
+        };
+        // A run that got past its checks must not take the default port.
+        let extra: &[&str] = if words.first() == Some(&"run") && !words.contains(&"--listen") {
+            &["--listen", "127.0.0.1:0"]
+        } else {
+            &[]
+        };
+        let o = cmd.args(&words).args(extra).output().unwrap();
         let lines = stderr_lines(&o);
-        assert_eq!(o.status.code(), Some(*code), "{args:?}: {lines:?}");
-        assert_eq!(lines.len(), 1, "{args:?} should print one line: {lines:?}");
-        assert!(lines[0].contains(needle), "{args:?}: {:?} lacks {needle:?}", lines[0]);
-        assert!(lines[0].starts_with("sonic-probe: error: "), "{:?}", lines[0]);
-        assert_back_to(baseline, &format!("{args:?}"));
+        let n = row.number;
+        assert_eq!(o.status.code(), Some(row.exit), "row {n} ({args}): {lines:?}");
+        assert_eq!(lines.len(), 1, "row {n} ({args}) should print one line: {lines:?}");
+        assert!(lines[0].starts_with("sonic-probe: error: "), "row {n}: {:?}", lines[0]);
+        assert!(lines[0].contains(&row.says), "row {n} ({args}): {:?} lacks {:?}", lines[0], row.says);
+        assert_back_to(baseline, &format!("row {n} ({args})"));
     }
     drop(busy);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -80,6 +80,17 @@ fn capabilities_are_dropped_after_attach() {
 }
 
 #[test]
+fn btf_from_a_file_is_used_for_loading() {
+    if !privileged("btf_from_a_file_is_used_for_loading") {
+        return;
+    }
+    // Kernels without /sys/kernel/btf/vmlinux get their BTF from a file
+    // (e.g. a BTFHub download); the kernel's own file is a valid one.
+    let d = Daemon::start(&["--pid", "1", "--btf", "/sys/kernel/btf/vmlinux"]);
+    assert_eq!(d.metrics().get("sonic_probe_bpf_programs_attached", &[]), Some(5.0));
+}
+
+#[test]
 fn config_file_errors_name_the_key_and_line() {
     let dir = temp_dir("cfg");
     let bad = dir.join("bad.toml");

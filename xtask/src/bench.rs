@@ -330,7 +330,12 @@ fn report(samples: &Samples, tracers: &[Tracer], rounds: usize) -> String {
         let _ = writeln!(out, "\n## Added cost per call, as a multiple of the floor's added cost\n");
         let _ =
             writeln!(out, "The floor's added cost is floor minus none; a tracer's is tracer minus none.\n");
-        let _ = writeln!(out, "{head}\n|{}", "---|".repeat(CALLS.len() + 2));
+        let _ = writeln!(
+            out,
+            "{}\n|{}",
+            head.replace("mixed workload (s)", "mixed workload (time added)"),
+            "---|".repeat(CALLS.len() + 2)
+        );
         for &t in tracers.iter().filter(|t| **t != Tracer::None) {
             let mut row = format!("| {} |", t.name());
             for c in CALLS.iter().map(|c| c.to_string()).chain(["mixed".to_string()]) {
@@ -386,4 +391,166 @@ pub fn daemon_load(root: &Path, rate: u64, seconds: u64) -> Result<(f64, u64, f6
     drop(attached);
     let _ = std::io::stdout().flush();
     Ok((cpu_pct, rss_kib, ready_ms))
+}
+
+/// Median ns per call of `sp-bench ARGS` over `runs` runs.
+fn bench_ns(b: &Bench, args: &[String], runs: usize) -> Result<f64> {
+    let mut v = Vec::new();
+    for _ in 0..runs {
+        let out = Command::new(&b.spbench).args(args).stderr(Stdio::null()).output()?;
+        if !out.status.success() {
+            bail!("sp-bench {args:?}: {}", out.status);
+        }
+        v.push(parse_ns(&String::from_utf8_lossy(&out.stdout))?);
+    }
+    Ok(median(&mut v))
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.split_whitespace().next()?.parse::<f64>().ok()
+        })
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+/// Bytes of kernel memory the maps of process `pid` lock (bpftool's memlock).
+fn map_memory_mib(pid: u32) -> f64 {
+    let mut ids = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).into_iter().flatten().flatten() {
+        let t = std::fs::read_to_string(e.path()).unwrap_or_default();
+        if let Some(id) = t.lines().find_map(|l| l.strip_prefix("map_id:")) {
+            ids.push(id.trim().to_string());
+        }
+    }
+    let mut total = 0u64;
+    for id in ids {
+        let out = Command::new("bpftool").args(["map", "show", "id", &id]).output();
+        let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+        if let Some(m) = text.split_whitespace().skip_while(|w| *w != "memlock").nth(1) {
+            total += m.trim_end_matches('B').parse::<u64>().unwrap_or(0);
+        }
+    }
+    total as f64 / (1 << 20) as f64
+}
+
+/// How the added cost and memory grow: threads, processes in the target
+/// set, descriptors tracked, and the event rate strace mode keeps up with.
+pub fn scaling(root: &Path) -> Result<String> {
+    let b = Bench::new(root, false);
+    let mut out = String::from("\n## Scaling\n");
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+
+    // Threads: added ns per read with T threads reading at once.
+    let _ = writeln!(out, "\n### Threads (read 1 KiB from /dev/zero, T threads at once, 2 CPUs)\n");
+    let _ = writeln!(out, "| threads | none (ns/call) | sonic-probe run (ns/call) | added | run's kernel maps |\n|---|---|---|---|---|");
+    for t in [1, 2, 4, 8, 16, 32, 64] {
+        let args = s(&["read", "50000", "--threads", &t.to_string()]);
+        let none = bench_ns(&b, &args, 3)?;
+        let mut cmd = Command::new(&b.sonic);
+        cmd.args(["run", "--listen", "127.0.0.1:0"]);
+        let child = spawn_until(cmd, " ready in ", false)?;
+        let pid = child.id();
+        let attached = Attached::Process(child);
+        let run = bench_ns(&b, &args, 3)?;
+        let maps = map_memory_mib(pid);
+        drop(attached);
+        let _ = writeln!(out, "| {t} | {none:.0} | {run:.0} | +{:.0} | {maps:.1} MiB |", run - none);
+    }
+
+    // Processes in the target set.
+    let _ = writeln!(out, "\n### Processes in the target set (--comm, K idle targets plus the benchmark)\n");
+    let _ = writeln!(out, "| targets | read ns/call | daemon RSS | kernel maps |\n|---|---|---|---|");
+    let dir = std::env::temp_dir().join("sonic-probe-bench-idle");
+    std::fs::create_dir_all(&dir)?;
+    let idle = dir.join("spidle");
+    let _ = std::fs::remove_file(&idle);
+    std::os::unix::fs::symlink("/bin/sleep", &idle)?;
+    for k in [1usize, 10, 100, 1000] {
+        let mut idlers: Vec<Child> =
+            (0..k).map(|_| Command::new(&idle).arg("600").spawn()).collect::<std::io::Result<_>>()?;
+        let mut cmd = Command::new(&b.sonic);
+        cmd.args(["run", "--listen", "127.0.0.1:0", "--comm", "spidle", "--comm", "sp-bench"]);
+        let child = spawn_until(cmd, " ready in ", false)?;
+        let pid = child.id();
+        let attached = Attached::Process(child);
+        let ns = bench_ns(&b, &s(&["read", "200000"]), 3)?;
+        let (rss, maps) = (rss_mib(pid), map_memory_mib(pid));
+        drop(attached);
+        for c in &mut idlers {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = writeln!(out, "| {k} | {ns:.0} | {rss:.1} MiB | {maps:.1} MiB |");
+    }
+
+    // Descriptors tracked in open_files.
+    let _ =
+        writeln!(out, "\n### Descriptors tracked (the benchmark keeps K files open, opened while watched)\n");
+    let _ = writeln!(out, "| open files | read ns/call | daemon RSS |\n|---|---|---|");
+    for k in [0u64, 100, 1000, 10000] {
+        let mut cmd = Command::new(&b.sonic);
+        cmd.args(["run", "--listen", "127.0.0.1:0"]);
+        let child = spawn_until(cmd, " ready in ", false)?;
+        let pid = child.id();
+        let attached = Attached::Process(child);
+        let ns = bench_ns(&b, &s(&["read", "200000", "--open-files", &k.to_string()]), 3)?;
+        let rss = rss_mib(pid);
+        drop(attached);
+        let _ = writeln!(out, "| {k} | {ns:.0} | {rss:.1} MiB |");
+    }
+
+    // Event rate: strace mode, every call an event.
+    let _ =
+        writeln!(out, "\n### Event rate in strace mode (sonic-probe trace -o FILE, reads paced at a rate)\n");
+    let _ =
+        writeln!(out, "| offered calls/s | achieved calls/s | events lost | tracer CPU |\n|---|---|---|---|");
+    for rate in [10_000u64, 100_000, 300_000, 0] {
+        let n = if rate == 0 { 2_000_000 } else { (rate * 3).max(30_000) };
+        let trace_out = dir.join("trace.txt");
+        let mut args = s(&["trace", "-e", "trace=read", "-o", trace_out.to_str().unwrap(), "--"]);
+        args.push(b.spbench.to_string_lossy().into_owned());
+        args.extend(s(&["read", &n.to_string()]));
+        if rate > 0 {
+            args.extend(s(&["--rate", &rate.to_string()]));
+        }
+        let t0 = Instant::now();
+        let mut child =
+            Command::new(&b.sonic).args(&args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+        // The tracer's own CPU time, sampled until it exits.
+        let pid = child.id();
+        let mut ticks = 0u64;
+        while child.try_wait()?.is_none() {
+            if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+                let f: Vec<&str> =
+                    stat.rsplit_once(')').map(|x| x.1).unwrap_or("").split_whitespace().collect();
+                if f.len() > 12 {
+                    ticks = f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let wait = child.wait_with_output()?;
+        let elapsed = t0.elapsed().as_secs_f64();
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        let cpu = 100.0 * ticks as f64 / hz / elapsed;
+        let stdout = String::from_utf8_lossy(&wait.stdout);
+        let achieved = stdout
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("calls_per_second="))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        let text = std::fs::read_to_string(&trace_out).unwrap_or_default();
+        let lost: u64 = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("+++ lost ")?.strip_suffix(" events +++")?.parse::<u64>().ok())
+            .sum();
+        let offered = if rate == 0 { "as fast as it can".to_string() } else { rate.to_string() };
+        let _ = writeln!(out, "| {offered} | {achieved:.0} | {lost} | {cpu:.0}% of one core |");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(out)
 }

@@ -302,6 +302,9 @@ fn bench_task(args: &[String]) -> Result<()> {
          | start to ready | {ready:.0} ms | <= 1000 ms |\n",
         rss as f64 / 1024.0
     ));
+    if !smoke {
+        report.push_str(&bench::scaling(&root())?);
+    }
     let dir = root().join("target/bench");
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(if smoke { "report-smoke.md" } else { "report.md" });

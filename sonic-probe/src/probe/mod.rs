@@ -30,9 +30,11 @@ pub use targets::TargetMaps;
 pub enum ProbeError {
     #[error(
         "kernel BTF is not available at /sys/kernel/btf/vmlinux: sonic-probe needs a kernel \
-         built with CONFIG_DEBUG_INFO_BTF=y (see README, supported kernels)"
+         built with CONFIG_DEBUG_INFO_BTF=y, or a BTF file given with --btf (see README, supported kernels)"
     )]
     Btf(#[source] aya::BtfError),
+    #[error("cannot read the kernel BTF from {0}")]
+    BtfFile(std::path::PathBuf, #[source] aya::BtfError),
     #[error("cannot load the BPF object")]
     Load(#[source] aya::EbpfError),
     #[error("BPF program {name} (tracepoint {tracepoint})")]
@@ -77,9 +79,14 @@ pub struct Probe {
 }
 
 impl Probe {
-    /// Loads the object and every program (verifying them) without attaching.
-    pub fn load(ringbuf_bytes: u32) -> Result<Self, ProbeError> {
-        let btf = Btf::from_sys_fs().map_err(ProbeError::Btf)?;
+    /// Loads the object and every program (verifying them) without
+    /// attaching. `btf`: a BTF file to use instead of the running kernel's.
+    pub fn load(ringbuf_bytes: u32, btf: Option<&std::path::Path>) -> Result<Self, ProbeError> {
+        let btf = match btf {
+            Some(path) => Btf::parse_file(path, aya::Endianness::default())
+                .map_err(|e| ProbeError::BtfFile(path.to_path_buf(), e))?,
+            None => Btf::from_sys_fs().map_err(ProbeError::Btf)?,
+        };
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
             // Task storage (per-thread state) has no aya wrapper; only the

@@ -35,7 +35,8 @@ pub struct WaitingChild {
 /// executable of that name in PATH (like execvp).
 fn resolve(name: &str) -> Option<PathBuf> {
     if name.contains('/') {
-        return Some(PathBuf::from(name));
+        let p = PathBuf::from(name);
+        return is_executable(&p).then_some(p);
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
     std::env::split_paths(&path).map(|d| d.join(name)).find(|p| is_executable(p))

@@ -252,7 +252,7 @@ impl Printer<'_> {
 
 async fn trace(opts: TraceOptions, mut child: Option<WaitingChild>) -> Result<ExitCode> {
     let out = output(&opts)?;
-    let mut probe = Probe::load(opts.ringbuf_bytes)?;
+    let mut probe = Probe::load(opts.ringbuf_bytes, None)?;
     probe.set_config(&ProbeConfig {
         filter_flags: FILTER_TARGETS,
         cgroup_levels: 0,
