@@ -213,16 +213,18 @@ shared_struct! {
 }
 
 shared_struct! {
-    /// Key of syscall_stats: one entry per process, process name, syscall and variant.
+    /// Key of syscall_stats: one entry per process name, syscall and
+    /// variant. Not per process: thousands of short-lived processes of one
+    /// name share their entries, so process churn allocates nothing in the
+    /// kernel (per-process entries made allocation fail in bursts of forks).
     pub struct StatsKey as "stats_key" {
-        /// Process id (thread group id); 0 is the overflow entry.
-        pub tgid: u32,
         /// Syscall index.
         pub syscall: u16,
         /// Sub-kind of the call: the futex command (op & FUTEX_CMD_MASK), the
         /// FILE_CLASS_* of the descriptor read, else 0.
         pub variant: u16,
-        /// Name of the thread-group leader when the call ended.
+        /// Name of the thread-group leader when the call ended; all zero in
+        /// the overflow entries.
         pub comm: [u8; 16],
     }
 }
@@ -252,15 +254,15 @@ shared_struct! {
 }
 
 shared_struct! {
-    /// Key of syscall_errors (value: a per-CPU u64 count).
+    /// Key of syscall_errors (value: a per-CPU u64 count), per process
+    /// name like StatsKey.
     pub struct ErrorKey as "error_key" {
-        /// Process id; 0 is the overflow entry.
-        pub tgid: u32,
         /// Syscall index.
         pub syscall: u16,
         /// Positive errno; 0 in the overflow entry.
         pub errno: u16,
-        /// Name of the thread-group leader when the call ended.
+        /// Name of the thread-group leader when the call ended; all zero in
+        /// the overflow entries.
         pub comm: [u8; 16],
     }
 }

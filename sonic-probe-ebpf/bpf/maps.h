@@ -53,7 +53,7 @@ struct {
 	__type(value, struct thread_state);
 } thread_states SEC(".maps");
 
-/* Exact per-process call statistics, per CPU; folded by the daemon. */
+/* Exact per-name call statistics, per CPU; read by the daemon at scrape time. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);

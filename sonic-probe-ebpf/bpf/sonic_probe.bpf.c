@@ -139,7 +139,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	__u32 tgid = c.pid_tgid >> 32;
 	bool failed = ret < 0 && ret >= -4095;
 
-	struct stats_key key = { .tgid = tgid, .syscall = idx };
+	struct stats_key key = { .syscall = idx };
 	{
 		struct task_struct *leader = task->group_leader;
 		__builtin_memcpy(key.comm, leader->comm, SP_COMM_LEN);

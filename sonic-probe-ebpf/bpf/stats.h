@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: (MIT OR GPL-2.0) */
 /*
  * Exact aggregation: every traced call lands in syscall_stats (and every
- * failure in syscall_errors) of its process, per CPU. When a map is full the
- * call goes to the overflow entry the daemon created (tgid 0), so totals
+ * failure in syscall_errors) under its process name, per CPU. When a map is
+ * full (or the kernel cannot allocate an entry) the call goes to the
+ * overflow entry of its syscall the daemon created (empty name), so totals
  * stay exact.
  */
 #pragma once
@@ -95,7 +96,6 @@ static __always_inline void add_stats(struct stats_key *key, const struct call_s
 static __always_inline void add_error(const struct stats_key *skey, long ret)
 {
 	struct error_key key = {
-		.tgid = skey->tgid,
 		.syscall = skey->syscall,
 		.errno = (__u16)(-ret),
 	};

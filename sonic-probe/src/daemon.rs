@@ -41,9 +41,6 @@ use crate::{
 
 /// Events waiting between the ring buffer reader and their consumer.
 const EVENT_QUEUE: usize = 65_536;
-/// How often exited processes are folded out of the kernel maps when
-/// nobody scrapes (a scrape folds too).
-const FOLD_INTERVAL: Duration = Duration::from_secs(5);
 
 pub fn run(args: RunArgs, log_level: Option<String>) -> Result<()> {
     let config = RunConfig::load(&args, log_level.as_deref())?;
@@ -197,7 +194,6 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     registry
         .register(Box::new(ProcessCollector::for_self()))
         .context("cannot register the process metrics")?;
-    let folder = tokio::spawn(fold_periodically(store.clone()));
     let sweeper = tokio::spawn(sweep_periodically(findings.clone()));
 
     http_state.set_ready();
@@ -244,7 +240,7 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     };
     notify(&[sd_notify::NotifyState::Stopping]);
     info!("{why}: detaching and exiting");
-    for task in [server, folder, sweeper, consumer] {
+    for task in [server, sweeper, consumer] {
         task.abort();
     }
     reader.abort();
@@ -323,19 +319,6 @@ impl ShutdownSignals {
             _ = self.term.recv() => "SIGTERM",
             _ = self.int.recv() => "SIGINT",
         }
-    }
-}
-
-async fn fold_periodically(store: Arc<Mutex<StatsStore>>) {
-    let mut tick = tokio::time::interval(FOLD_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let store = store.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            store.lock().expect("stats store lock").snapshot();
-        })
-        .await;
     }
 }
 

@@ -370,7 +370,7 @@ impl Collector for ProbeCollector {
     fn collect(&self) -> Vec<MetricFamily> {
         let mut out = Vec::new();
         let (snap, counters, entries) = {
-            let mut store = self.store.lock().expect("stats store lock");
+            let store = self.store.lock().expect("stats store lock");
             let snap = store.snapshot();
             (snap, store.counters(), store.live_entries())
         };

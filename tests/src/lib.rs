@@ -62,6 +62,22 @@ pub fn workload_bin() -> PathBuf {
     target_dir().join("sp-workload")
 }
 
+/// The microbenchmark binary (tests/src/bin/sp-bench.rs).
+pub fn bench_bin() -> PathBuf {
+    target_dir().join("sp-bench")
+}
+
+/// Resident memory of a process, in bytes (VmRSS).
+pub fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status");
+    kib * 1024
+}
+
 /// A name unique to this test run (for comm labels), at most 15 bytes.
 pub fn unique_name(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};

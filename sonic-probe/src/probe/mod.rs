@@ -157,14 +157,15 @@ impl Probe {
         let counters =
             PerCpuArray::try_from(take(&mut self.ebpf, maps::COUNTERS)?).map_err(map_err(maps::COUNTERS))?;
         let cpus = aya::util::nr_cpus().map_err(|(f, e)| ProbeError::Cpus(format!("{f}: {e}")))?;
-        // The entries calls fall back to when a map is full (tgid 0, comm
-        // empty): totals stay exact, exported as comm="other".
+        // The entries calls fall back to when a map is full or the kernel
+        // cannot allocate (empty name): totals stay exact, exported as
+        // comm="other".
         for syscall in 0..NR_SYSCALLS as u16 {
-            let key = StatsKey { tgid: 0, syscall, variant: 0, comm: [0; 16] };
+            let key = StatsKey { syscall, variant: 0, comm: [0; 16] };
             let zero = PerCpuValues::try_from(vec![SyscallStats::zeroed(); cpus])
                 .map_err(|e| ProbeError::Cpus(e.to_string()))?;
             stats.insert(key, zero, 0).map_err(map_err(maps::SYSCALL_STATS))?;
-            let key = ErrorKey { tgid: 0, syscall, errno: 0, comm: [0; 16] };
+            let key = ErrorKey { syscall, errno: 0, comm: [0; 16] };
             let zero =
                 PerCpuValues::try_from(vec![0u64; cpus]).map_err(|e| ProbeError::Cpus(e.to_string()))?;
             errors.insert(key, zero, 0).map_err(map_err(maps::SYSCALL_ERRORS))?;

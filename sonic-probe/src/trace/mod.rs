@@ -367,12 +367,8 @@ async fn trace(opts: TraceOptions, mut child: Option<WaitingChild>) -> Result<Ex
     drop(ring);
 
     if opts.summary {
-        let snap = {
-            let mut store = store;
-            let snap = store.snapshot();
-            lost.reported = Lost::now(&store);
-            snap
-        };
+        let snap = store.snapshot();
+        lost.reported = Lost::now(&store);
         let rows: Vec<summary::Row> = SYSCALLS
             .iter()
             .filter(|s| opts.syscalls & (1 << s.index) != 0)

@@ -261,6 +261,9 @@ fn main() {
             let mut children = Vec::with_capacity(forks as usize);
             for _ in 0..forks {
                 let pid = libc::fork();
+                if pid < 0 {
+                    die(&format!("fork: {}", std::io::Error::last_os_error()));
+                }
                 if pid == 0 {
                     read_all(reads);
                     libc::_exit(0);

@@ -1,0 +1,383 @@
+//! Reliability under abuse: floods through a tiny ring buffer, churn of
+//! thousands of processes, pid reuse, targets that come and go, and HTTP
+//! clients that misbehave. A daemon on every GPU node must keep working,
+//! stay bounded and lose nothing silently; these tests check each claim on
+//! the real programs with exact numbers.
+
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use sonic_probe_tests::{
+    bench_bin, http_request, privileged, rss_bytes, unique_name, workload::spawn, Daemon, Metrics, Workload,
+};
+
+/// Scrapes until `done` holds (the reader drains the ring buffer every few
+/// milliseconds, the target set is updated at exit), or fails with the last
+/// scrape.
+fn metrics_when(d: &Daemon, what: &str, done: impl Fn(&Metrics) -> bool) -> Metrics {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let m = d.metrics();
+        if done(&m) {
+            return m;
+        }
+        assert!(Instant::now() < deadline, "{what}: never happened; last scrape:\n{}", m.text);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Reads of `comm` from devices and pipes (file_class="not_file"): the
+/// workload's reads of /dev/zero and its go read, without the variable
+/// number of /proc/self/maps reads the Rust runtime makes as threads come
+/// and go (file_class="other").
+fn device_reads(m: &Metrics, comm: &str) -> u64 {
+    m.sum("sonic_probe_read_size_bytes_count", &[("comm", comm), ("file_class", "not_file")]) as u64
+}
+
+fn events_received(m: &Metrics) -> u64 {
+    m.sum("sonic_probe_events_total", &[]) as u64
+}
+
+fn dropped(m: &Metrics, stage: &str) -> u64 {
+    m.sum("sonic_probe_events_dropped_total", &[("stage", stage)]) as u64
+}
+
+fn produced(m: &Metrics) -> u64 {
+    m.get("sonic_probe_events_produced_total", &[]).expect("events_produced_total") as u64
+}
+
+fn map_entries(m: &Metrics, map: &str) -> u64 {
+    m.get("sonic_probe_kernel_map_entries", &[("map", map)]).unwrap_or_else(|| panic!("no {map} entries"))
+        as u64
+}
+
+#[test]
+fn a_flood_through_a_tiny_ring_buffer_is_accounted_exactly() {
+    if !privileged("a_flood_through_a_tiny_ring_buffer_is_accounted_exactly") {
+        return;
+    }
+    // Every openat sends its path: 300000 of them cannot fit through a
+    // 4 KiB ring buffer, so the kernel drops some, and counts each one.
+    const OPENS: u64 = 300_000;
+    let w =
+        Workload::start_command(Command::new(bench_bin()), None, &["openat", &OPENS.to_string(), "--wait"]);
+    // No slow-call or stall events (the go read and the thread join are
+    // slow) and no large-map events (the thread's malloc arena): only the
+    // path events and the exit, so that `produced` is known exactly.
+    let pid = w.pid().to_string();
+    let d = Daemon::start(&[
+        "--pid",
+        &pid,
+        "--ringbuf-size",
+        "4KiB",
+        "--slow-threshold",
+        "1h",
+        "--stall-threshold",
+        "1h",
+        "--large-map-threshold",
+        "1GiB",
+    ]);
+    assert!(w.go().success());
+    let m = metrics_when(&d, "the ring buffer drained", |m| {
+        events_received(m) + dropped(m, "ringbuf") == produced(m) && m.calls("openat", "sp-bench") > 0
+    });
+    let lost = dropped(&m, "ringbuf");
+    assert!(lost > 0, "a 4 KiB ring buffer should have overflowed: {}", m.text);
+    assert!(events_received(&m) > 0);
+    // The daemon's queue kept up, and decoded everything it got.
+    assert_eq!(dropped(&m, "user_queue"), 0);
+    assert_eq!(m.get("sonic_probe_event_decode_errors_total", &[]), Some(0.0));
+    // Counts never depend on the ring buffer: the benchmark's own open of
+    // its file (O_CREAT) plus the loop, exactly, losses or not.
+    assert_eq!(m.calls("openat", "sp-bench"), OPENS + 1);
+    // What the kernel tried to send: a path event per openat and the
+    // process's exit, exactly.
+    assert_eq!(produced(&m), OPENS + 1 + 1);
+    assert!(d.stop().success());
+}
+
+#[test]
+fn ten_thousand_short_lived_processes_and_threads_leave_nothing_behind() {
+    if !privileged("ten_thousand_short_lived_processes_and_threads_leave_nothing_behind") {
+        return;
+    }
+    // The whole host is watched, and every one of the 10000 is a target
+    // while it lives. Kernel maps (keyed by name, by descriptor, by target
+    // process) and the daemon's memory must come back to where they were.
+    let name = unique_name("spn");
+    let d = Daemon::start(&[]);
+    let settle = |what: &str| {
+        // Descriptor tables of exited processes are swept every second.
+        std::thread::sleep(Duration::from_secs(3));
+        let m = d.metrics();
+        eprintln!(
+            "{what}: syscall_stats {} syscall_errors {} open_files {} rss {} KiB",
+            map_entries(&m, "syscall_stats"),
+            map_entries(&m, "syscall_errors"),
+            map_entries(&m, "open_files"),
+            rss_bytes(d.pid()) / 1024
+        );
+        m
+    };
+    // Warm up: the first scrapes and sweeps allocate what they keep.
+    let warm = Workload::start(Some(&name), &["spawn", "200", "200", "2"]);
+    assert!(warm.go().success());
+    let before = settle("before");
+    let rss_before = rss_bytes(d.pid());
+
+    const THREADS: u64 = 5000;
+    const FORKS: u64 = 5000;
+    const READS: u64 = 3;
+    let w = Workload::start(
+        Some(&name),
+        &["spawn", &THREADS.to_string(), &FORKS.to_string(), &READS.to_string()],
+    );
+    assert!(w.go().success());
+    let m = d.metrics();
+    // Exact through the churn, each call under its name: warm-up and the
+    // 10000, plus the two go reads.
+    assert_eq!(device_reads(&m, &name), spawn::reads(200, 200, 2) + spawn::reads(THREADS, FORKS, READS) + 2);
+    for s in m.matching("sonic_probe_events_dropped_total", &[]) {
+        assert_eq!(s.value, 0.0, "{:?}", s.labels);
+    }
+    assert_eq!(m.sum("sonic_probe_aggregation_overflow_total", &[]), 0.0, "no call fell back to \"other\"");
+
+    let after = settle("after");
+    // Other processes on the host come and go meanwhile: allow their noise,
+    // never the 10000.
+    for map in ["syscall_stats", "syscall_errors", "open_files"] {
+        let (b, a) = (map_entries(&before, map), map_entries(&after, map));
+        assert!(a <= b + 200, "{map}: {b} entries before, {a} after 10000 processes");
+    }
+    let rss_after = rss_bytes(d.pid());
+    assert!(
+        rss_after <= rss_before + (8 << 20),
+        "daemon memory {} KiB before, {} KiB after",
+        rss_before / 1024,
+        rss_after / 1024
+    );
+    assert!(d.stop().success());
+}
+
+#[test]
+fn a_reused_pid_is_never_counted_under_the_old_name() {
+    if !privileged("a_reused_pid_is_never_counted_under_the_old_name") {
+        return;
+    }
+    let d = Daemon::start(&[]);
+    let (old_name, new_name) = (unique_name("spo"), unique_name("spr"));
+    const OLD_READS: u64 = 7;
+    const NEW_READS: u64 = 11;
+    // The old process reads, exits, and its pid is handed out again at
+    // once (ns_last_pid). Each counts its thread's reads and its go read.
+    let old = Workload::start(Some(&old_name), &["spawn", "1", "0", &OLD_READS.to_string()]);
+    let pid = old.pid();
+    assert!(old.go().success());
+    let mut new = None;
+    for _ in 0..50 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).expect("write ns_last_pid");
+        let w = Workload::start(Some(&new_name), &["spawn", "1", "0", &NEW_READS.to_string()]);
+        if w.pid() == pid {
+            new = Some(w);
+            break;
+        }
+        // Another process on the host took it first; try again.
+    }
+    let new = new.expect("could not get the old pid again in 50 tries");
+    assert!(new.go().success());
+    let m = d.metrics();
+    assert_eq!(device_reads(&m, &old_name), OLD_READS + 1);
+    assert_eq!(device_reads(&m, &new_name), NEW_READS + 1);
+    // The findings engine names files and processes by pid too: the new
+    // process's events never carry the old name.
+    for f in d.findings() {
+        let text = f.to_string();
+        assert!(
+            !(text.contains(&pid.to_string()) && text.contains(&old_name) && text.contains(&new_name)),
+            "{text}"
+        );
+    }
+    assert!(d.stop().success());
+}
+
+#[test]
+fn a_pid_target_that_exits_is_reported_and_the_daemon_keeps_serving() {
+    if !privileged("a_pid_target_that_exits_is_reported_and_the_daemon_keeps_serving") {
+        return;
+    }
+    let name = unique_name("spe");
+    let w = Workload::start(Some(&name), &["idle"]);
+    let pid = w.pid();
+    let mut d = Daemon::start(&["--pid", &pid.to_string()]);
+    assert_eq!(d.metrics().get("sonic_probe_target_processes", &[]), Some(1.0));
+    assert!(w.go().success());
+    let line = d.wait_for_log(&format!("target process {pid} ({name}) exited with status 0"));
+    assert!(line.contains("still watching"), "{line}");
+    metrics_when(&d, "the target set emptied", |m| m.get("sonic_probe_target_processes", &[]) == Some(0.0));
+    assert_eq!(d.get("/healthz").0, 200);
+    assert!(d.stop().success());
+}
+
+#[test]
+fn processes_entering_a_cgroup_target_later_are_picked_up() {
+    if !privileged("processes_entering_a_cgroup_target_later_are_picked_up") {
+        return;
+    }
+    let mount = cgroup2_mount().expect("no cgroup2 mount: the cgroup target needs cgroup v2");
+    let name = unique_name("spl");
+    let cgroup = mount.join(&name);
+    std::fs::create_dir_all(&cgroup).expect("create a test cgroup");
+    let d = Daemon::start(&["--cgroup", cgroup.to_str().unwrap()]);
+    // Empty when the daemon started; one process moved in afterwards, one
+    // started inside it afterwards (a service restart). The moved one's go
+    // read began before it was a target, so only its thread's 5 reads count;
+    // the other's 9 and its go read do.
+    let moved = Workload::start(Some(&name), &["spawn", "1", "0", "5"]);
+    std::fs::write(cgroup.join("cgroup.procs"), moved.pid().to_string()).expect("move into the cgroup");
+    assert!(moved.go().success());
+    let mut cmd = Command::new(sonic_probe_tests::workload_bin());
+    let procs = cgroup.join("cgroup.procs");
+    // SAFETY: pre_exec runs in the child between fork and exec; it only
+    // writes to a file.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || std::fs::write(&procs, "0"));
+    }
+    let started = Workload::start_command(cmd, Some(&name), &["spawn", "1", "0", "9"]);
+    assert!(started.go().success());
+    assert_eq!(device_reads(&d.metrics(), &name), 5 + 9 + 1);
+    drop(d);
+    for _ in 0..100 {
+        if std::fs::remove_dir(&cgroup).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn cgroup2_mount() -> Option<std::path::PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    text.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        (post.split_whitespace().next()? == "cgroup2").then(|| pre.split_whitespace().nth(4).unwrap().into())
+    })
+}
+
+#[test]
+fn only_get_and_head_on_known_paths() {
+    if !privileged("only_get_and_head_on_known_paths") {
+        return;
+    }
+    let d = Daemon::start(&["--pid", "1"]);
+    for path in ["/metrics", "/healthz", "/findings", "/"] {
+        assert_eq!(http_request(d.addr, "GET", path).0, 200, "GET {path}");
+        assert_eq!(http_request(d.addr, "HEAD", path).0, 200, "HEAD {path}");
+        for method in ["POST", "PUT", "DELETE", "PATCH"] {
+            assert_eq!(http_request(d.addr, method, path).0, 405, "{method} {path}");
+        }
+    }
+    for path in ["/nope", "/metrics/x", "/../etc/passwd", "/metrics?x=1x"] {
+        let code = http_request(d.addr, "GET", path).0;
+        assert!(code == 404 || (path.contains('?') && code == 200), "GET {path}: {code}");
+    }
+    assert!(d.stop().success());
+}
+
+#[test]
+fn oversized_request_heads_are_refused() {
+    if !privileged("oversized_request_heads_are_refused") {
+        return;
+    }
+    let d = Daemon::start(&["--pid", "1"]);
+    let mut s = TcpStream::connect(d.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let big = "a".repeat(64 * 1024);
+    // The server may close while we still write: that is a refusal too.
+    let _ = write!(s, "GET /metrics HTTP/1.1\r\nHost: t\r\nX-Big: {big}\r\n\r\n");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.is_empty() || text.starts_with("HTTP/1.1 431"), "answer to a 64 KiB head: {text:.200}");
+    assert!(!text.contains("sonic_probe_"), "a 64 KiB head was served");
+    // And the daemon is fine.
+    assert_eq!(d.get("/healthz").0, 200);
+    assert!(d.stop().success());
+}
+
+#[test]
+fn a_slow_client_is_cut_off() {
+    if !privileged("a_slow_client_is_cut_off") {
+        return;
+    }
+    let d = Daemon::start(&["--pid", "1"]);
+    let mut slow = TcpStream::connect(d.addr).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // Half a request head, then nothing (slowloris).
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\n").unwrap();
+    let start = Instant::now();
+    // Others are served meanwhile.
+    assert_eq!(d.get("/healthz").0, 200);
+    let mut out = Vec::new();
+    let _ = slow.read_to_end(&mut out);
+    let waited = start.elapsed();
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.is_empty() || text.starts_with("HTTP/1.1 408"), "answer to a slow client: {text:.200}");
+    // Closed after the header timeout (5 s), not kept forever.
+    assert!(waited >= Duration::from_secs(4) && waited < Duration::from_secs(15), "closed after {waited:?}");
+    assert!(d.stop().success());
+}
+
+#[test]
+fn fifty_concurrent_scrapes_while_the_probes_see_a_flood_of_calls() {
+    if !privileged("fifty_concurrent_scrapes_while_the_probes_see_a_flood_of_calls") {
+        return;
+    }
+    // Two threads reading as fast as they can: on the 2-CPU test machines
+    // that is about a million traced calls per second.
+    const READS: u64 = 2_000_000;
+    let w = Workload::start_command(
+        Command::new(bench_bin()),
+        None,
+        &["read", &READS.to_string(), "--threads", "2", "--wait"],
+    );
+    let d = Daemon::start(&["--pid", &w.pid().to_string()]);
+    let rss_before = rss_bytes(d.pid());
+    let addr = d.addr;
+    let bench = std::thread::spawn(move || {
+        let start = Instant::now();
+        assert!(w.go().success());
+        start.elapsed()
+    });
+    let scrapers: Vec<_> = (0..50)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut served = 0;
+                for _ in 0..5 {
+                    let (status, body) = http_request(addr, "GET", "/metrics");
+                    assert_eq!(status, 200);
+                    Metrics::parse(&body);
+                    served += 1;
+                }
+                served
+            })
+        })
+        .collect();
+    let served: u32 = scrapers.into_iter().map(|s| s.join().expect("a scraper failed")).sum();
+    let took = bench.join().unwrap();
+    assert_eq!(served, 250);
+    eprintln!(
+        "{} traced reads in {took:?} ({:.0}/s) under 250 scrapes",
+        2 * READS,
+        (2 * READS) as f64 / took.as_secs_f64()
+    );
+    let m = d.metrics();
+    assert_eq!(m.calls("read", "sp-bench"), 2 * READS, "exact under load");
+    let rss_after = rss_bytes(d.pid());
+    assert!(rss_after < 128 << 20, "daemon RSS {} KiB after the scrapes", rss_after / 1024);
+    eprintln!("daemon RSS {} KiB before, {} KiB after", rss_before / 1024, rss_after / 1024);
+    assert!(d.stop().success());
+}
