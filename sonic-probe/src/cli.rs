@@ -303,7 +303,12 @@ fn usage_error(e: clap::Error) -> ExitCode {
 /// The error and its causes on one line.
 pub(crate) fn one_line(e: &crate::error::Error) -> String {
     match e {
-        crate::error::Error::Usage(m) => m.clone(),
+        // Usage errors quote the user's input, which may hold a newline:
+        // show control characters escaped, so the message stays one line.
+        crate::error::Error::Usage(m) => m
+            .chars()
+            .flat_map(|c| if c.is_control() { c.escape_default().collect() } else { vec![c] })
+            .collect(),
         crate::error::Error::Runtime(e) => {
             // Some libraries repeat their cause in their own message: keep
             // each piece of text once.
@@ -344,6 +349,15 @@ pub(crate) fn init_logging(filter: &str) -> crate::error::Result<()> {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn errors_are_one_line_whatever_the_input() {
+        // Found by the config fuzzer: --comm quoted a name with a newline.
+        let e = crate::error::Error::usage("--comm a\nb: process names are at most 15 bytes");
+        assert_eq!(one_line(&e), "--comm a\\nb: process names are at most 15 bytes");
+        let e = crate::error::Error::Runtime(anyhow::anyhow!("verifier log:\n0: r1 = 1").context("load"));
+        assert_eq!(one_line(&e), "load: verifier log: 0: r1 = 1");
+    }
 
     #[test]
     fn cli_definition_is_consistent() {

@@ -209,17 +209,23 @@ pub fn check_ringbuf_size(bytes: u64) -> Result<u32> {
     Ok(bytes as u32)
 }
 
-/// A duration such as `100ms`, `1s`, `2.5s`, `1m30s`.
+/// Longest duration any option takes: thresholds and windows are kept in
+/// nanoseconds as u64 (584 years); a year is more than any use needs.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// A duration such as `100ms`, `1s`, `2.5s`, `1m30s`, at most a year.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    if let Some(secs) = s.strip_suffix('s').and_then(|n| n.parse::<f64>().ok()) {
+    let d = match s.strip_suffix('s').and_then(|n| n.parse::<f64>().ok()) {
         // humantime has no fractions; "2.5s" is common enough to accept.
-        if (0.0..1e9).contains(&secs) {
-            return Ok(Duration::from_secs_f64(secs));
-        }
+        Some(secs) if (0.0..1e9).contains(&secs) => Duration::from_secs_f64(secs),
+        _ => humantime::parse_duration(s)
+            .map_err(|e| format!("'{s}' is not a duration ({e}); use e.g. 500us, 100ms, 1s, 2.5s, 1m"))?,
+    };
+    if d > MAX_DURATION {
+        return Err(format!("'{s}' is longer than a year, the longest duration sonic-probe takes"));
     }
-    humantime::parse_duration(s)
-        .map_err(|e| format!("'{s}' is not a duration ({e}); use e.g. 500us, 100ms, 1s, 2.5s, 1m"))
+    Ok(d)
 }
 
 /// A size in bytes: `4096`, `64KiB`, `16MiB`, `1GiB` (also K/M/G, KB/MB/GB as
@@ -261,6 +267,12 @@ mod tests {
         assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
         for bad in ["", "fast", "-1s", "1 parsec", "1e99s"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        // Found by the config fuzzer: huge values wrapped to short windows
+        // where they were turned into nanoseconds.
+        assert_eq!(parse_duration("365days").unwrap(), MAX_DURATION);
+        for huge in ["1000years", "366days", "99999999s"] {
+            assert!(parse_duration(huge).unwrap_err().contains("longer than a year"), "{huge}");
         }
     }
 

@@ -142,6 +142,12 @@ fn every_bad_input_of_the_table() {
             let mut c = Command::new("setpriv");
             c.args(["--bounding-set=-all", "--inh-caps=-all", "--"]).arg(sonic_probe_bin());
             c
+        } else if words.first() == Some(&"{oldkernel}") {
+            words.remove(0);
+            // The UNAME26 personality: uname reports a 2.6 kernel.
+            let mut c = Command::new("setarch");
+            c.args(["x86_64", "--uname-2.6"]).arg(sonic_probe_bin());
+            c
         } else {
             Command::new(sonic_probe_bin())
         };

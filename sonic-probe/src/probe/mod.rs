@@ -29,6 +29,12 @@ pub use targets::TargetMaps;
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
     #[error(
+        "kernel {release} is too old: sonic-probe needs Linux {}.{} or later (BPF ring buffer, task \
+         storage, bpf_loop, per-CPU map lookups from BPF; see README, supported kernels)",
+        MIN_KERNEL.0, MIN_KERNEL.1
+    )]
+    KernelTooOld { release: String },
+    #[error(
         "kernel BTF is not available at /sys/kernel/btf/vmlinux: sonic-probe needs a kernel \
          built with CONFIG_DEBUG_INFO_BTF=y, or a BTF file given with --btf (see README, supported kernels)"
     )]
@@ -58,6 +64,30 @@ pub enum ProbeError {
     Cpus(String),
 }
 
+/// The oldest kernel the programs load on: bpf_map_lookup_percpu_elem
+/// (5.19) is the newest helper they call.
+pub const MIN_KERNEL: (u32, u32) = (5, 19);
+
+/// (major, minor) of a kernel release string such as "6.1.0-28-cloud-amd64".
+pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// Refuses kernels older than MIN_KERNEL with one clear error, instead of
+/// a verifier log about an unknown helper. An unparsable release passes:
+/// the load itself will tell.
+fn check_kernel() -> Result<(), ProbeError> {
+    let Ok(uts) = nix::sys::utsname::uname() else { return Ok(()) };
+    let release = uts.release().to_string_lossy().into_owned();
+    match kernel_version(&release) {
+        Some(v) if v < MIN_KERNEL => Err(ProbeError::KernelTooOld { release }),
+        _ => Ok(()),
+    }
+}
+
 fn map_err(name: &'static str) -> impl FnOnce(MapError) -> ProbeError {
     move |source| ProbeError::Map { name, source }
 }
@@ -82,6 +112,7 @@ impl Probe {
     /// Loads the object and every program (verifying them) without
     /// attaching. `btf`: a BTF file to use instead of the running kernel's.
     pub fn load(ringbuf_bytes: u32, btf: Option<&std::path::Path>) -> Result<Self, ProbeError> {
+        check_kernel()?;
         let btf = match btf {
             Some(path) => Btf::parse_file(path, aya::Endianness::default())
                 .map_err(|e| ProbeError::BtfFile(path.to_path_buf(), e))?,
@@ -229,4 +260,21 @@ pub struct Aggregates {
 
 fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map, ProbeError> {
     ebpf.take_map(name).ok_or(ProbeError::Missing(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_versions_parse() {
+        assert_eq!(kernel_version("6.1.0-28-cloud-amd64"), Some((6, 1)));
+        assert_eq!(kernel_version("6.18.44-fc-v657"), Some((6, 18)));
+        assert_eq!(kernel_version("5.19.0"), Some((5, 19)));
+        assert_eq!(kernel_version("2.6.78-fc-v657"), Some((2, 6)));
+        assert_eq!(kernel_version("5"), None);
+        assert_eq!(kernel_version("x"), None);
+        assert!(kernel_version("5.15.0-91-generic").unwrap() < MIN_KERNEL);
+        assert!(kernel_version("6.1.0").unwrap() >= MIN_KERNEL);
+    }
 }

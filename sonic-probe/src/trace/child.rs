@@ -78,6 +78,10 @@ impl WaitingChild {
                 let mut b = [0u8; 1];
                 // SAFETY: raw calls on fds we own; argv/env outlive execve.
                 unsafe {
+                    // Our copies of the parent's ends: with them open, the
+                    // go pipe would never report the parent's end closed.
+                    libc::close(go_w.as_raw_fd());
+                    libc::close(err_r.as_raw_fd());
                     loop {
                         let n = libc::read(go_r.as_raw_fd(), b.as_mut_ptr().cast(), 1);
                         if n == 1 {
