@@ -16,6 +16,8 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 mod bench;
+mod fuzz;
+mod vmtest;
 
 const USAGE: &str = "\
 usage: cargo xtask <task> [args]
@@ -24,7 +26,9 @@ tasks:
   setup          install the Debian packages the build and the tests need (apt-get)
   run [ARGS]     setup, build (release) and run `sonic-probe run ARGS` (needs root)
   test           setup, then fmt, clippy, build and all tests, integration tests
-                 included (needs root: they load the real BPF programs)
+                 included (needs root: they load the real BPF programs), the alert
+                 rule tests, the Debian package, a smoke pass of the benchmark,
+                 30 s of each fuzz target and the tests on a 6.1 kernel (vmtest)
   demo           run the daemon against a faulty stand-in of the Sonic service
                  (tests/workloads/sonic_sim.py) and print what it found (needs root)
   bench [--smoke] [--rounds N] [--only none,floor,run,trace,bpftrace,perf,strace]
@@ -34,6 +38,13 @@ tasks:
                  target/bench/report.md (needs root)
   package        build the Debian package (cargo-deb), install it with dpkg, check
                  it (binary, unit enabled, config valid), then purge it; --keep keeps it
+  vmtest [--timeout SECS] [--only TEST,...]
+                 boot Debian 12's 6.1 cloud kernel in qemu (TCG) and run a subset of
+                 the integration tests there (static binaries in an initramfs);
+                 serial log in target/vmtest/serial.log
+  fuzz [--seconds N] [--toolchain NAME] [TARGET...]
+                 run the cargo-fuzz targets in fuzz/ (config_file, event_decode) for
+                 N seconds each (default 30); fails with the crashing input's path
 ";
 
 /// Debian packages and a file each provides, to tell whether it is there.
@@ -57,6 +68,8 @@ fn main() -> ExitCode {
         Some("demo") => demo(),
         Some("package") => package(args.iter().any(|a| a == "--keep")),
         Some("bench") => bench_task(&args[1..]),
+        Some("fuzz") => fuzz::run(&args[1..]),
+        Some("vmtest") => vmtest::run(&args[1..]),
         Some("-h" | "--help" | "help") => {
             print!("{USAGE}");
             Ok(())
@@ -145,7 +158,14 @@ fn test() -> Result<()> {
     // Integration tests must not skip here: a missing privilege is a failure.
     sh("cargo", &["test", "--workspace"], &[("SONIC_PROBE_REQUIRE_PRIVILEGED", "1")])?;
     sh("promtool", &["test", "rules", "deploy/prometheus/alerts_test.yml"], &[])?;
-    package(false)
+    package(false)?;
+    // The benchmark's smoke pass: every tracer attaches and the report is
+    // written; nothing is asserted on timings (the full run is manual).
+    bench_task(&["--smoke".to_string()])?;
+    // The fuzz targets, 30 s each.
+    fuzz::run(&[])?;
+    // The second kernel: Debian 12's 6.1 in qemu.
+    vmtest::run(&[])
 }
 
 /// The Debian package, built and installed for real.

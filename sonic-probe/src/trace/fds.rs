@@ -67,6 +67,35 @@ impl FdNames {
         }
     }
 
+    /// Learns the descriptors `tgid` has now (those it inherited, which we
+    /// never see opened), while it still runs: a terminal on stderr must
+    /// still be named when the process has exited by the time its close
+    /// is printed. By inode too, so the kernel's view of the file in an
+    /// event finds it.
+    pub fn snapshot(&mut self, tgid: u32) {
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{tgid}/fd")) else { return };
+        for entry in dir.flatten() {
+            let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+            let Some(path) = readlink(format!("/proc/{tgid}/fd/{fd}")) else { continue };
+            if !path.starts_with('/') {
+                // pipe:[N], socket:[N], anon_inode:...: named from the event.
+                continue;
+            }
+            if let Ok(meta) = std::fs::metadata(entry.path()) {
+                use std::os::unix::fs::MetadataExt;
+                let dev = meta.dev();
+                // The kernel's dev_t (major << 20 | minor), as events carry it.
+                let kdev = (libc::major(dev) << 20) | libc::minor(dev);
+                if self.by_inode.len() < MAX {
+                    self.by_inode.insert((kdev, meta.ino()), path.clone());
+                }
+            }
+            if self.known.len() < MAX {
+                self.known.insert((tgid, fd), path);
+            }
+        }
+    }
+
     /// A traced process forked: the child starts in its parent's directory.
     pub fn forked(&mut self, parent: u32, child: u32) {
         if let Some(cwd) = self.cwd(parent) {

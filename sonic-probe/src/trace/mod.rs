@@ -287,6 +287,12 @@ async fn trace(opts: TraceOptions, mut child: Option<WaitingChild>) -> Result<Ex
     let mut shutdown = crate::daemon::ShutdownSignals::new()?;
     probe.attach(ProgramGroup::Lifecycle)?;
     probe.attach(ProgramGroup::Syscalls)?;
+    // What the roots hold now, before the command runs (it may be gone by
+    // the time its lines are printed).
+    let mut names = FdNames::default();
+    for &(_, tgid) in &roots {
+        names.snapshot(tgid);
+    }
     if let Some(c) = child.as_mut() {
         c.release()?;
     } else {
@@ -295,7 +301,6 @@ async fn trace(opts: TraceOptions, mut child: Option<WaitingChild>) -> Result<Ex
         }
     }
 
-    let mut names = FdNames::default();
     for &(_, tgid) in &roots {
         // The command starts in our directory; a running process in its own.
         let cwd = match &child {
