@@ -78,6 +78,33 @@ pub fn rss_bytes(pid: u32) -> u64 {
     kib * 1024
 }
 
+/// Test cgroups, removed (children first) when dropped.
+pub struct RemoveCgroups(pub Vec<PathBuf>);
+
+impl Drop for RemoveCgroups {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            // A cgroup can only be removed once its processes are gone.
+            for _ in 0..100 {
+                if std::fs::remove_dir(p).is_ok() || !p.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// Where cgroup2 is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified on
+/// hybrid hosts).
+pub fn cgroup2_mount() -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    text.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        (post.split_whitespace().next()? == "cgroup2").then(|| pre.split_whitespace().nth(4).unwrap().into())
+    })
+}
+
 /// A name unique to this test run (for comm labels), at most 15 bytes.
 pub fn unique_name(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};

@@ -242,14 +242,14 @@ fn cgroup_targets_include_descendant_cgroups() {
     if !privileged("cgroup_targets_include_descendant_cgroups") {
         return;
     }
-    let Some(mount) = cgroup2_mount() else {
+    let Some(mount) = sonic_probe_tests::cgroup2_mount() else {
         panic!("no cgroup2 mount: the cgroup target needs cgroup v2");
     };
     let name = unique_name("spg");
     let parent = mount.join(&name);
     let child = parent.join("inner");
     std::fs::create_dir_all(&child).expect("create test cgroups");
-    let _cleanup = RemoveCgroups(vec![child.clone(), parent.clone()]);
+    let _cleanup = sonic_probe_tests::RemoveCgroups(vec![child.clone(), parent.clone()]);
 
     let inside = Workload::start(Some(&name), &["exact"]);
     let outside = Workload::start(Some(&name), &["exact"]);
@@ -260,30 +260,6 @@ fn cgroup_targets_include_descendant_cgroups() {
     let m = d.metrics();
     assert_eq!(m.calls("read", &name), exact::READ);
     assert_eq!(m.calls("mmap", &name), exact::MMAP);
-}
-
-struct RemoveCgroups(Vec<std::path::PathBuf>);
-
-impl Drop for RemoveCgroups {
-    fn drop(&mut self) {
-        for p in &self.0 {
-            // A cgroup can only be removed once its processes are gone.
-            for _ in 0..100 {
-                if std::fs::remove_dir(p).is_ok() || !p.exists() {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-        }
-    }
-}
-
-fn cgroup2_mount() -> Option<std::path::PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    text.lines().find_map(|l| {
-        let (pre, post) = l.split_once(" - ")?;
-        (post.split_whitespace().next()? == "cgroup2").then(|| pre.split_whitespace().nth(4).unwrap().into())
-    })
 }
 
 #[test]

@@ -227,10 +227,12 @@ fn processes_entering_a_cgroup_target_later_are_picked_up() {
     if !privileged("processes_entering_a_cgroup_target_later_are_picked_up") {
         return;
     }
-    let mount = cgroup2_mount().expect("no cgroup2 mount: the cgroup target needs cgroup v2");
+    let mount =
+        sonic_probe_tests::cgroup2_mount().expect("no cgroup2 mount: the cgroup target needs cgroup v2");
     let name = unique_name("spl");
     let cgroup = mount.join(&name);
     std::fs::create_dir_all(&cgroup).expect("create a test cgroup");
+    let _cleanup = sonic_probe_tests::RemoveCgroups(vec![cgroup.clone()]);
     let d = Daemon::start(&["--cgroup", cgroup.to_str().unwrap()]);
     // Empty when the daemon started; one process moved in afterwards, one
     // started inside it afterwards (a service restart). The moved one's go
@@ -251,20 +253,6 @@ fn processes_entering_a_cgroup_target_later_are_picked_up() {
     assert!(started.go().success());
     assert_eq!(device_reads(&d.metrics(), &name), 5 + 9 + 1);
     drop(d);
-    for _ in 0..100 {
-        if std::fs::remove_dir(&cgroup).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn cgroup2_mount() -> Option<std::path::PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    text.lines().find_map(|l| {
-        let (pre, post) = l.split_once(" - ")?;
-        (post.split_whitespace().next()? == "cgroup2").then(|| pre.split_whitespace().nth(4).unwrap().into())
-    })
 }
 
 #[test]

@@ -123,6 +123,11 @@ fn setup(with_tests: bool) -> Result<()> {
     }
     let missing: Vec<&str> =
         wanted.iter().filter(|(_, file)| !Path::new(file).exists()).map(|(pkg, _)| *pkg).collect();
+    apt_install(&missing)
+}
+
+/// apt-get installs `missing` (nothing if empty; needs root).
+fn apt_install(missing: &[&str]) -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
@@ -131,7 +136,7 @@ fn setup(with_tests: bool) -> Result<()> {
     }
     sh("apt-get", &["update", "-q"], &[])?;
     let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
-    args.extend(&missing);
+    args.extend(missing);
     sh("apt-get", &args, &[("DEBIAN_FRONTEND", "noninteractive")])
 }
 

@@ -291,16 +291,7 @@ fn vm_setup() -> Result<()> {
     if Path::new(BUSYBOX).exists() && !is_static(Path::new(BUSYBOX))? {
         missing.push("busybox-static");
     }
-    if missing.is_empty() {
-        return Ok(());
-    }
-    if !is_root() {
-        bail!("missing packages {}: run as root, or apt-get install them", missing.join(" "));
-    }
-    sh("apt-get", &["update", "-q"], &[])?;
-    let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
-    args.extend(&missing);
-    sh("apt-get", &args, &[("DEBIAN_FRONTEND", "noninteractive")])
+    super::apt_install(&missing)
 }
 
 /// True if the ELF file at `path` has no program interpreter (static or

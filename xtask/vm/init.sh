@@ -14,7 +14,9 @@ export PATH=/sbin:/bin:/usr/sbin:/usr/bin HOME=/root TMPDIR=/tmp
 
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
-mount -t tmpfs -o mode=1777 tmpfs /tmp
+# /tmp stays on the initramfs (already writable): a repository cloned under
+# /tmp has its files there, which a tmpfs mounted on /tmp would hide.
+chmod 1777 /tmp
 mount -t tmpfs tmpfs /run
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 mount -t debugfs debugfs /sys/kernel/debug

@@ -17,6 +17,7 @@ use sonic_probe_common::file_class_name;
 use super::{prune, Detail, Detector, DetectorMetrics, FileTotals, Input, LiveFile, Record, Settings};
 use crate::events::Event;
 
+#[derive(Clone)]
 struct FileState {
     pid: u32,
     comm: String,
@@ -85,34 +86,12 @@ impl Detector for SmallReads {
     fn findings(&mut self, now_ns: u64, live: &[LiveFile<'_>], out: &mut Vec<Record>) {
         prune(&mut self.files, |s| s.last_ns, now_ns.saturating_sub(self.window_ns), self.max);
         // Files still open add what they have read so far.
-        struct Merged {
-            pid: u32,
-            comm: String,
-            class: u16,
-            totals: FileTotals,
-            first_ns: u64,
-            last_ns: u64,
-        }
-        let mut merged: HashMap<(u64, Arc<str>), Merged> = self
-            .files
-            .iter()
-            .map(|(k, s)| {
-                let m = Merged {
-                    pid: s.pid,
-                    comm: s.comm.clone(),
-                    class: s.class,
-                    totals: s.totals,
-                    first_ns: s.first_ns,
-                    last_ns: s.last_ns,
-                };
-                (k.clone(), m)
-            })
-            .collect();
+        let mut merged = self.files.clone();
         let ignored = |path: &str| self.ignore.iter().any(|p| p.matches(path));
         for l in
             live.iter().filter(|l| l.totals.small_reads > 0 && l.file.is_regular() && !ignored(&l.file.path))
         {
-            let e = merged.entry((l.file.incarnation, l.file.path.clone())).or_insert_with(|| Merged {
+            let e = merged.entry((l.file.incarnation, l.file.path.clone())).or_insert_with(|| FileState {
                 pid: l.file.tgid,
                 comm: l.file.comm.clone(),
                 class: l.file.class,
