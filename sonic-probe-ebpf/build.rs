@@ -15,6 +15,7 @@ use std::{
 const SOURCES: &[&str] = &[
     "bpf/sonic_probe.bpf.c",
     "bpf/floor.bpf.c",
+    "bpf/minimal.bpf.c",
     "bpf/vmlinux_min.h",
     "bpf/maps.h",
     "bpf/common.h",
@@ -24,9 +25,13 @@ const SOURCES: &[&str] = &[
     "bpf/futex.h",
     "bpf/events.h",
 ];
-/// (source, object): the probe, and the empty programs benchmarks compare with.
-const OBJECTS: &[(&str, &str)] =
-    &[("bpf/sonic_probe.bpf.c", "sonic_probe.bpf.o"), ("bpf/floor.bpf.c", "floor.bpf.o")];
+/// (source, object): the probe, and the reference programs benchmarks
+/// compare it with.
+const OBJECTS: &[(&str, &str)] = &[
+    ("bpf/sonic_probe.bpf.c", "sonic_probe.bpf.o"),
+    ("bpf/floor.bpf.c", "floor.bpf.o"),
+    ("bpf/minimal.bpf.c", "minimal.bpf.o"),
+];
 
 fn fail(msg: &str) -> ! {
     eprintln!("error: {msg}");

@@ -11,6 +11,11 @@ pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), 
 /// benchmarks compare sonic-probe's cost with.
 pub static FLOOR_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/floor.bpf.o"));
 
+/// The least an exact per-call latency histogram costs (`minimal_enter`,
+/// `minimal_exit`: clock at entry and exit, task storage, one per-CPU hash
+/// bucket per call), for benchmarks.
+pub static MINIMAL_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/minimal.bpf.o"));
+
 /// A program of the object and the BTF tracepoint it attaches to.
 #[derive(Clone, Copy, Debug)]
 pub struct ProgramSpec {

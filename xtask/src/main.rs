@@ -31,7 +31,7 @@ tasks:
                  30 s of each fuzz target and the tests on a 6.1 kernel (vmtest)
   demo           run the daemon against a faulty stand-in of the Sonic service
                  (tests/workloads/sonic_sim.py) and print what it found (needs root)
-  bench [--smoke] [--rounds N] [--only none,floor,run,trace,bpftrace,perf,strace]
+  bench [--smoke] [--rounds N] [--only none,floor,minimal,run,trace,bpftrace,perf,strace]
                  measure the cost per call of sonic-probe against no tracer, the
                  floor (empty BPF programs), bpftrace, perf trace and strace, and
                  the daemon's CPU, memory, start time and scaling; writes
@@ -276,16 +276,40 @@ fn demo() -> Result<()> {
 
 fn bench_task(args: &[String]) -> Result<()> {
     use bench::Tracer::*;
+    let all = [None, Floor, Minimal, SonicRun, SonicTrace, Bpftrace, PerfTrace, Strace];
+    // --only none,floor,run: a subset (for quick comparisons while optimizing).
+    let tracers: Vec<bench::Tracer> =
+        match args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)) {
+            Some(list) => {
+                let names: Vec<&str> = list.split(',').collect();
+                if let Some(bad) = names.iter().find(|n| !all.iter().any(|t| t.short() == **n)) {
+                    bail!(
+                        "bench --only: unknown tracer {bad:?} (known: {})",
+                        all.iter().map(|t| t.short()).collect::<Vec<_>>().join(",")
+                    );
+                }
+                all.iter().copied().filter(|t| names.contains(&t.short())).collect()
+            }
+            Option::None => all.to_vec(),
+        };
     setup(true)?;
     if !is_root() {
         bail!("the benchmark attaches BPF programs and tracers: run `cargo xtask bench` as root");
     }
     let smoke = args.iter().any(|a| a == "--smoke");
-    let rounds = args
-        .iter()
-        .position(|a| a == "--rounds")
-        .and_then(|i| args.get(i + 1)?.parse().ok())
-        .unwrap_or(if smoke { 1 } else { 5 });
+    let rounds = match args.iter().position(|a| a == "--rounds") {
+        Some(i) => match args.get(i + 1).and_then(|v| v.parse::<usize>().ok()) {
+            Some(n) if n > 0 => n,
+            _ => bail!("bench --rounds: expected a positive number of rounds"),
+        },
+        Option::None => {
+            if smoke {
+                1
+            } else {
+                5
+            }
+        }
+    };
     sh("cargo", &["build", "--release", "-p", "sonic-probe", "-p", "sonic-probe-tests", "--bins"], &[])?;
     for tool in ["bpftrace", "perf"] {
         if Command::new(tool).arg("--version").output().is_err() {
@@ -296,16 +320,6 @@ fn bench_task(args: &[String]) -> Result<()> {
     if !Path::new("/sys/kernel/tracing/events").exists() {
         let _ = Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]).status();
     }
-    let all = [None, Floor, SonicRun, SonicTrace, Bpftrace, PerfTrace, Strace];
-    // --only none,floor,run: a subset (for quick comparisons while optimizing).
-    let tracers: Vec<bench::Tracer> =
-        match args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)) {
-            Some(list) => {
-                let names: Vec<&str> = list.split(',').collect();
-                all.iter().copied().filter(|t| names.contains(&t.short())).collect()
-            }
-            Option::None => all.to_vec(),
-        };
     let mut report = String::from("# sonic-probe benchmark\n\n");
     report.push_str(&format!(
         "Kernel {}, {} CPUs; {} round(s){}.\n\n",

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+/*
+ * The least an exact per-call latency histogram costs, for benchmarks: what
+ * any tracer must do to time each call of (comm, syscall) exactly, and
+ * nothing else. sys_enter keeps the start time in task-local storage;
+ * sys_exit reads it back, reads the clock again and adds one to a log2
+ * bucket of a per-CPU hash keyed by (syscall, process name). No targets, no
+ * files, no sizes, no errors, no events.
+ *
+ * sonic-probe run does this plus everything its diagnoses need; the gap
+ * between the two is what those features cost, and the gap between this and
+ * the floor (floor.bpf.c) is what timing calls at all costs on this machine.
+ */
+#include "vmlinux_min.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "sonic_probe_layout.h"
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+struct minimal_key {
+	__u32 syscall;
+	char comm[SP_COMM_LEN];
+};
+
+struct minimal_hist {
+	__u64 buckets[32];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, __u64);
+} minimal_start SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1024);
+	__type(key, struct minimal_key);
+	__type(value, struct minimal_hist);
+} minimal_latency SEC(".maps");
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(minimal_enter, struct pt_regs *regs, long id)
+{
+	if (sp_syscall_index(id) < 0)
+		return 0;
+	__u64 *start = bpf_task_storage_get(&minimal_start, bpf_get_current_task_btf(), 0,
+					    BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (start)
+		*start = bpf_ktime_get_ns();
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(minimal_exit, struct pt_regs *regs, long ret)
+{
+	int idx = sp_syscall_index(regs->orig_ax);
+	if (idx < 0)
+		return 0;
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 *start = bpf_task_storage_get(&minimal_start, task, 0, 0);
+	if (!start || !*start)
+		return 0;
+	__u64 ns = bpf_ktime_get_ns() - *start;
+	*start = 0;
+
+	struct minimal_key key = { .syscall = idx };
+	__builtin_memcpy(key.comm, task->group_leader->comm, SP_COMM_LEN);
+	struct minimal_hist *h = bpf_map_lookup_elem(&minimal_latency, &key);
+	if (!h) {
+		struct minimal_hist zero = {};
+		bpf_map_update_elem(&minimal_latency, &key, &zero, BPF_NOEXIST);
+		h = bpf_map_lookup_elem(&minimal_latency, &key);
+		if (!h)
+			return 0;
+	}
+	/* floor(log2(ns)), as sonic-probe's own buckets do it: no loops. */
+	__u32 b = 0, shift;
+	shift = (ns > 0xFFFFFFFFULL) << 5; ns >>= shift; b |= shift;
+	shift = (ns > 0xFFFF) << 4; ns >>= shift; b |= shift;
+	shift = (ns > 0xFF) << 3; ns >>= shift; b |= shift;
+	shift = (ns > 0xF) << 2; ns >>= shift; b |= shift;
+	shift = (ns > 0x3) << 1; ns >>= shift; b |= shift;
+	b |= ns >> 1;
+	if (b < 32)
+		h->buckets[b] += 1;
+	return 0;
+}
