@@ -29,6 +29,8 @@ pub struct WaitingChild {
     go: Option<std::os::fd::OwnedFd>,
     exec_error: Option<std::os::fd::OwnedFd>,
     name: String,
+    /// Its exit code once reaped: a second waitpid would fail with ECHILD.
+    reaped: std::cell::Cell<Option<u8>>,
 }
 
 /// The program `name` names: itself if it has a slash, else the first
@@ -68,6 +70,11 @@ impl WaitingChild {
                 CString::new(kv).map_err(|_| Error::usage("the environment contains a NUL byte"))
             })
             .collect::<Result<_>>()?;
+        // Built before the fork: the child must not allocate.
+        let argv: Vec<*const libc::c_char> =
+            args.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+        let envp: Vec<*const libc::c_char> =
+            env.iter().map(|e| e.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
         let (go_r, go_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?;
         let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("pipe")?;
         // SAFETY: we are single-threaded here (the caller's contract), and
@@ -92,10 +99,6 @@ impl WaitingChild {
                         }
                         libc::_exit(127);
                     }
-                    let argv: Vec<*const libc::c_char> =
-                        args.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
-                    let envp: Vec<*const libc::c_char> =
-                        env.iter().map(|e| e.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
                     libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr());
                     let e = Errno::last_raw().to_ne_bytes();
                     libc::write(err_w.as_raw_fd(), e.as_ptr().cast(), e.len());
@@ -107,6 +110,7 @@ impl WaitingChild {
                 go: Some(go_w),
                 exec_error: Some(err_r),
                 name: name.clone(),
+                reaped: std::cell::Cell::new(None),
             }),
         }
     }
@@ -137,25 +141,32 @@ impl WaitingChild {
     /// its status, or 128 + the signal that killed it.
     pub fn wait(&self) -> u8 {
         loop {
-            match waitpid(Pid::from_raw(self.pid as i32), None) {
-                Ok(WaitStatus::Exited(_, code)) => return code as u8,
-                Ok(WaitStatus::Signaled(_, sig, _)) => return 128u8.wrapping_add(sig as u8),
-                Ok(_) => continue,
-                Err(Errno::EINTR) => continue,
-                Err(_) => return 1,
+            if let Some(code) = self.reap(None) {
+                return code;
             }
         }
     }
 
     /// The command's exit code if it has exited.
     pub fn try_wait(&self) -> Option<u8> {
-        use nix::sys::wait::WaitPidFlag;
-        match waitpid(Pid::from_raw(self.pid as i32), Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(_, code)) => Some(code as u8),
-            Ok(WaitStatus::Signaled(_, sig, _)) => Some(128u8.wrapping_add(sig as u8)),
-            Ok(_) => None,
-            Err(_) => Some(1),
+        self.reap(Some(nix::sys::wait::WaitPidFlag::WNOHANG))
+    }
+
+    /// One waitpid; the code is kept, so that whichever of wait and
+    /// try_wait reaps the command, both report its status afterwards.
+    fn reap(&self, flags: Option<nix::sys::wait::WaitPidFlag>) -> Option<u8> {
+        if let Some(code) = self.reaped.get() {
+            return Some(code);
         }
+        let code = match waitpid(Pid::from_raw(self.pid as i32), flags) {
+            Ok(WaitStatus::Exited(_, code)) => code as u8,
+            Ok(WaitStatus::Signaled(_, sig, _)) => 128u8.wrapping_add(sig as u8),
+            Ok(_) | Err(Errno::EINTR) => return None,
+            // Not our child any more: nothing can tell its status now.
+            Err(_) => 1,
+        };
+        self.reaped.set(Some(code));
+        Some(code)
     }
 }
 
@@ -166,5 +177,53 @@ impl Drop for WaitingChild {
             self.go = None;
             let _ = waitpid(Pid::from_raw(self.pid as i32), None);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(argv: &[&str]) -> WaitingChild {
+        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        let mut c = WaitingChild::spawn(&argv).unwrap();
+        c.release().unwrap();
+        c
+    }
+
+    /// Wait until the command is a zombie, without reaping it.
+    fn until_exited(c: &WaitingChild) {
+        let stat = format!("/proc/{}/stat", c.pid());
+        for _ in 0..1000 {
+            let s = std::fs::read_to_string(&stat).unwrap_or_default();
+            if s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        panic!("{} did not exit", c.pid());
+    }
+
+    #[test]
+    fn exit_status_survives_being_reaped_by_try_wait() {
+        // The trace loop's check may reap the command before the final wait.
+        let c = run(&["sh", "-c", "exit 3"]);
+        until_exited(&c);
+        assert_eq!(c.try_wait(), Some(3));
+        assert_eq!(c.wait(), 3);
+        assert_eq!(c.try_wait(), Some(3));
+    }
+
+    #[test]
+    fn killed_by_a_signal_is_128_plus_it() {
+        let c = run(&["sh", "-c", "kill -TERM $$"]);
+        assert_eq!(c.wait(), 128 + libc::SIGTERM as u8);
+        assert_eq!(c.try_wait(), Some(128 + libc::SIGTERM as u8));
+    }
+
+    #[test]
+    fn a_command_not_found_is_a_usage_error() {
+        let argv = vec!["/nonexistent/command".to_string()];
+        assert!(WaitingChild::spawn(&argv).is_err());
     }
 }
