@@ -156,11 +156,6 @@ fn spawn_until(mut cmd: Command, ready: &str, on_stdout: bool) -> Result<Child> 
     Ok(child)
 }
 
-/// Loads and attaches the floor programs.
-pub fn attach_floor() -> Result<Ebpf> {
-    attach_pair(sonic_probe_ebpf::FLOOR_OBJECT, "floor_enter", "floor_exit")
-}
-
 /// Loads `object` and attaches its programs `enter` and `exit` to
 /// raw_syscalls sys_enter and sys_exit.
 fn attach_pair(object: &[u8], enter: &str, exit: &str) -> Result<Ebpf> {
@@ -194,7 +189,9 @@ impl Bench {
 
     fn attach(&self, t: Tracer) -> Result<Attached> {
         Ok(match t {
-            Tracer::Floor => Attached::Programs(attach_floor()?),
+            Tracer::Floor => {
+                Attached::Programs(attach_pair(sonic_probe_ebpf::FLOOR_OBJECT, "floor_enter", "floor_exit")?)
+            }
             Tracer::Minimal => Attached::Programs(attach_pair(
                 sonic_probe_ebpf::MINIMAL_OBJECT,
                 "minimal_enter",

@@ -33,9 +33,9 @@ tasks:
                  (tests/workloads/sonic_sim.py) and print what it found (needs root)
   bench [--smoke] [--rounds N] [--only none,floor,minimal,run,trace,bpftrace,perf,strace]
                  measure the cost per call of sonic-probe against no tracer, the
-                 floor (empty BPF programs), bpftrace, perf trace and strace, and
-                 the daemon's CPU, memory, start time and scaling; writes
-                 target/bench/report.md (needs root)
+                 floor (empty BPF programs), a minimal exact latency histogram,
+                 bpftrace, perf trace and strace, and the daemon's CPU, memory,
+                 start time and scaling; writes target/bench/report.md (needs root)
   package        build the Debian package (cargo-deb), install it with dpkg, check
                  it (binary, unit enabled, config valid), then purge it; --keep keeps it
   vmtest [--timeout SECS] [--only TEST,...]
