@@ -152,7 +152,6 @@ fn dashboard_queries_have_data_and_the_stall_alert_fires() {
     prom.poll("the stalls scraped", Duration::from_secs(30), || {
         prom.series("sonic_probe_futex_stalls_total >= 6") == 1
     });
-    std::thread::sleep(Duration::from_secs(3));
 
     let dashboard: Value = serde_json::from_str(
         &std::fs::read_to_string(repo().join("deploy/grafana/sonic-probe.json")).unwrap(),
@@ -160,18 +159,30 @@ fn dashboard_queries_have_data_and_the_stall_alert_fires() {
     .unwrap();
     let exprs = dashboard_exprs(&dashboard);
     assert!(exprs.len() >= 20, "{} expressions", exprs.len());
-    let mut empty = Vec::new();
-    for e in &exprs {
-        let q = e
-            .replace("$instance", ".*")
-            .replace("$comm", ".*")
-            .replace("$__rate_interval", "1m")
-            .replace("$__interval", "15s");
-        if prom.series(&q) == 0 {
-            empty.push(q);
+    let queries: Vec<String> = exprs
+        .iter()
+        .map(|e| {
+            e.replace("$instance", ".*")
+                .replace("$comm", ".*")
+                .replace("$__rate_interval", "1m")
+                .replace("$__interval", "15s")
+        })
+        .collect();
+    // rate()s need two scrapes after the calls: poll until every panel has
+    // data, and name the ones that never get any.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let empty: Vec<&String> = queries.iter().filter(|q| prom.series(q) == 0).collect();
+        if empty.is_empty() {
+            break;
         }
+        assert!(
+            Instant::now() < deadline,
+            "dashboard queries without data after 60 s:\n{}",
+            empty.iter().map(|q| q.as_str()).collect::<Vec<_>>().join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(500));
     }
-    assert!(empty.is_empty(), "dashboard queries without data:\n{}", empty.join("\n"));
 
     prom.poll("SonicProbeFutexStall firing", Duration::from_secs(60), || {
         prom.alerts()
