@@ -21,6 +21,7 @@ const SOURCES: &[&str] = &[
     "bpf/common.h",
     "bpf/targets.h",
     "bpf/stats.h",
+    "bpf/log2.h",
     "bpf/files.h",
     "bpf/futex.h",
     "bpf/events.h",

@@ -15,6 +15,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "sonic_probe_layout.h"
+#include "log2.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
@@ -77,14 +78,7 @@ int BPF_PROG(minimal_exit, struct pt_regs *regs, long ret)
 		if (!h)
 			return 0;
 	}
-	/* floor(log2(ns)), as sonic-probe's own buckets do it: no loops. */
-	__u32 b = 0, shift;
-	shift = (ns > 0xFFFFFFFFULL) << 5; ns >>= shift; b |= shift;
-	shift = (ns > 0xFFFF) << 4; ns >>= shift; b |= shift;
-	shift = (ns > 0xFF) << 3; ns >>= shift; b |= shift;
-	shift = (ns > 0xF) << 2; ns >>= shift; b |= shift;
-	shift = (ns > 0x3) << 1; ns >>= shift; b |= shift;
-	b |= ns >> 1;
+	__u32 b = ceil_log2(ns);
 	if (b < 32)
 		h->buckets[b] += 1;
 	return 0;
