@@ -14,11 +14,6 @@ use sonic_probe_common::{
     EVENT_PROCESS_FORK, EVENT_SYSCALL, EVENT_SYSCALL_PATH, FILE_CLASS_AUDIO, FILE_CLASS_MODEL,
 };
 
-fn bytes_of<T: SharedStruct>(v: &T) -> Vec<u8> {
-    // SAFETY: shared structures are plain old data with explicit padding.
-    unsafe { core::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
-}
-
 fn header(kind: u32) -> EventHeader {
     EventHeader { kind, tgid: 4242, tid: 4243, cpu: 1, time_ns: 1_000_000_000 }
 }
@@ -42,7 +37,7 @@ fn main() {
     call.thread_comm = comm_bytes("pt_main_thread");
     call.process_comm = comm_bytes("python3");
     call.waker_comm = comm_bytes("pin_memory");
-    write(&events, "syscall-futex", &bytes_of(&call));
+    write(&events, "syscall-futex", call.as_bytes());
 
     // A failed openat of a model file, with its path.
     let path = b"/models/lip_decoder.pth";
@@ -55,16 +50,16 @@ fn main() {
     open.call.path_len = path.len() as u16;
     open.call.process_comm = comm_bytes("python3");
     open.path[..path.len()].copy_from_slice(path);
-    write(&events, "syscall-path-openat", &bytes_of(&open));
+    write(&events, "syscall-path-openat", open.as_bytes());
 
     let mut fork = ProcessEvent::zeroed();
     fork.header = header(EVENT_PROCESS_FORK);
     fork.parent_tgid = 1;
     fork.comm = comm_bytes("python3");
-    write(&events, "process-fork", &bytes_of(&fork));
+    write(&events, "process-fork", fork.as_bytes());
     fork.header.kind = EVENT_PROCESS_EXIT;
     fork.exit_code = 256;
-    write(&events, "process-exit", &bytes_of(&fork));
+    write(&events, "process-exit", fork.as_bytes());
 
     let mut close = FileCloseEvent::zeroed();
     close.header = header(EVENT_FILE_CLOSE);
@@ -72,7 +67,7 @@ fn main() {
     close.file.reads = 100;
     close.file.small_reads = 96;
     close.file.class = FILE_CLASS_AUDIO;
-    write(&events, "file-close", &bytes_of(&close));
+    write(&events, "file-close", close.as_bytes());
 
     let configs = fuzz.join("corpus/config_file");
     let deploy = std::fs::read(fuzz.join("../deploy/config.toml")).unwrap();
@@ -102,6 +97,7 @@ churn_cycles = 3
 ignore_path = ["/tmp/*", "*.[ch]"]
 findings_window = "1h"
 max_findings = 50
+findings_verbose = true
 bpf_stats = true
 btf = "/sys/kernel/btf/vmlinux"
 log_level = "debug"

@@ -1,6 +1,6 @@
 //! Fuzzes the config file the way `sonic-probe run --config` and SIGHUP read
 //! it: the text is parsed (`config_file::parse`), merged under a command
-//! line (`config::merge`) and validated (`RunConfig::from_args`). Any input
+//! line (`RunArgs::over`) and validated (`RunConfig::from_args`). Any input
 //! must end in a config or in a one-line usage error, never in a panic, a
 //! hang or a huge allocation.
 //!
@@ -14,10 +14,11 @@ use std::path::Path;
 use clap::Parser;
 use libfuzzer_sys::fuzz_target;
 use sonic_probe::{
-    cli::{Cli, Command, RunArgs},
-    config::{self, RunConfig, MAX_COMM_LABELS, MAX_RINGBUF_BYTES, MIN_RINGBUF_BYTES},
+    cli::{Cli, Command},
+    config::{RunConfig, MAX_COMM_LABELS, MAX_RINGBUF_BYTES, MIN_RINGBUF_BYTES},
     config_file,
     error::Error,
+    options::RunArgs,
 };
 
 const PATH: &str = "/etc/sonic-probe/config.toml";
@@ -42,7 +43,7 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(e) => panic!("a bad config file is a usage error, got {e:?}"),
     };
-    let merged = config::merge(&cli, &file);
+    let merged = cli.over(&file);
     match RunConfig::from_args(&merged) {
         Ok(c) => check(&c, &cli, &file),
         Err(Error::Usage(_)) => {}
@@ -62,7 +63,7 @@ fn command_line(bytes: &[u8]) -> RunArgs {
 }
 
 /// What a validated config promises the rest of the daemon.
-fn check(c: &RunConfig, cli: &RunArgs, file: &config_file::FileOptions) {
+fn check(c: &RunConfig, cli: &RunArgs, file: &RunArgs) {
     assert!(c.ringbuf_bytes.is_power_of_two());
     assert!((MIN_RINGBUF_BYTES..=MAX_RINGBUF_BYTES).contains(&u64::from(c.ringbuf_bytes)));
     assert!((1..=MAX_COMM_LABELS).contains(&c.max_comms));
@@ -74,9 +75,10 @@ fn check(c: &RunConfig, cli: &RunArgs, file: &config_file::FileOptions) {
     assert!(f.small_read_min_count >= 1 && f.churn_cycles >= 1 && f.churn_bytes >= 1);
     assert!(c.kernel_slow_threshold() <= c.slow_call);
     // The command line wins over the file, the file over the default.
-    let listen = cli.listen.or(file.listen).unwrap_or_else(|| config::DEFAULT_LISTEN.parse().unwrap());
+    let defaults = RunArgs::defaults();
+    let listen = cli.listen.or(file.listen).or(defaults.listen).unwrap();
     assert_eq!(c.listen, listen);
-    let slow = cli.slow_threshold.or(file.slow_threshold).unwrap_or(config::DEFAULT_SLOW_THRESHOLD);
+    let slow = cli.slow_threshold.or(file.slow_threshold).or(defaults.slow_threshold).unwrap();
     assert_eq!(c.slow_call, slow);
-    assert_eq!(c.bpf_stats, cli.bpf_stats || file.bpf_stats == Some(true));
+    assert_eq!(c.bpf_stats, cli.bpf_stats || file.bpf_stats);
 }

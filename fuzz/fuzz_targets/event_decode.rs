@@ -44,7 +44,7 @@ fuzz_target!(|buf: &[u8]| {
     let front = &buf[..size];
     match &event {
         Event::Call(c) => {
-            assert_eq!(bytes_of(&c.raw), &front[..size_of::<SyscallEvent>()]);
+            assert_eq!(c.raw.as_bytes(), &front[..size_of::<SyscallEvent>()]);
             let _ = (c.syscall().name, c.tgid(), c.tid(), c.duration(), c.errno(), c.has_reason(1));
             let _ = (c.process_name(), c.thread_name(), c.waker_name(), c.path_lossy());
             if let Some(path) = &c.path {
@@ -58,11 +58,11 @@ fuzz_target!(|buf: &[u8]| {
             }
         }
         Event::Process(p) => {
-            assert_eq!(bytes_of(&p.raw), front);
+            assert_eq!(p.raw.as_bytes(), front);
             let _ = (p.tgid(), p.name());
         }
         Event::FileClosed(f) => {
-            assert_eq!(bytes_of(&f.raw), front);
+            assert_eq!(f.raw.as_bytes(), front);
             let _ = (f.tgid(), f.fd());
         }
     }
@@ -79,8 +79,3 @@ fn size_of_kind(kind: u32) -> Option<usize> {
     })
 }
 
-fn bytes_of<T: SharedStruct>(v: &T) -> &[u8] {
-    // SAFETY: shared structures are plain old data with explicit padding:
-    // every byte is initialized.
-    unsafe { core::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }
-}

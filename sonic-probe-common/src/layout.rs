@@ -1,156 +1,12 @@
-//! Constants, map layouts and event layouts shared with the BPF programs.
+//! Map layouts and event layouts shared with the BPF programs.
 //!
 //! Everything here is written once in Rust and generated into C (see
-//! `cgen.rs`). Event kinds, counter indices and flag bits are fixed numbers:
-//! a number that was used is never reused for something else, so an old
-//! daemon never misreads a new program's events.
+//! `header.rs`), with size and offset asserts, so C and Rust can't drift.
+//! The numbers they use (sizes, kinds, flags) are in `constants.rs`.
 
 #[cfg(test)]
 use crate::cgen::SharedStruct;
-use crate::cgen::{write_define, write_struct};
-use crate::shared_struct;
-
-macro_rules! shared_consts {
-    ($( $(#[doc = $doc:literal])* pub const $name:ident : $ty:ty = $value:expr; )*) => {
-        $( $(#[doc = $doc])* pub const $name: $ty = $value; )*
-
-        /// Writes every constant of this list as `#define SP_<NAME>`.
-        fn write_consts(out: &mut String) {
-            $( write_define(out, stringify!($name), $name, concat!($($doc, "\n",)*)); )*
-        }
-    };
-}
-
-shared_consts! {
-    /// Bytes of a task name, NUL included (TASK_COMM_LEN).
-    pub const COMM_LEN: usize = 16;
-    /// Bytes of a path captured at openat entry, NUL included. Longer paths
-    /// are cut and flagged with EMIT_PATH_TRUNCATED.
-    pub const PATH_CAP: usize = 256;
-    /// Latency histogram buckets. Bucket 0 holds d <= 2^LATENCY_MIN_SHIFT ns,
-    /// bucket i (1 <= i < LATENCY_BUCKETS-1) holds 2^(MIN+i-1) < d <= 2^(MIN+i)
-    /// ns, the last bucket everything longer (about 34 s and up).
-    pub const LATENCY_BUCKETS: usize = 27;
-    /// log2 of the first latency bucket's upper bound in nanoseconds.
-    pub const LATENCY_MIN_SHIFT: u32 = 10;
-    /// Size histogram buckets, powers of 4: bucket 0 holds s <= 1 byte,
-    /// bucket i holds 4^(i-1) < s <= 4^i, the last one everything above 4 GiB.
-    pub const SIZE_BUCKETS: usize = 18;
-
-    /// File class (stats_key.variant of read, open_file.class): not a
-    /// regular file (pipe, socket, eventfd, tty, device...).
-    pub const FILE_CLASS_NOT_FILE: u16 = 0;
-    /// File class: a regular file whose extension is in no class, or whose
-    /// path is unknown (opened before the probe started).
-    pub const FILE_CLASS_OTHER: u16 = 1;
-    /// File class: a model (.pth .pt .safetensors .bin .onnx .gguf .ckpt ...).
-    pub const FILE_CLASS_MODEL: u16 = 2;
-    /// File class: audio (.mp3 .wav .flac .ogg .m4a ...).
-    pub const FILE_CLASS_AUDIO: u16 = 3;
-    /// File class: an image (.png .jpg .jpeg .webp ...).
-    pub const FILE_CLASS_IMAGE: u16 = 4;
-    /// File class: a video (.mp4 .mkv .mov .avi .webm ...).
-    pub const FILE_CLASS_VIDEO: u16 = 5;
-    /// Number of file classes.
-    pub const NR_FILE_CLASSES: u16 = 6;
-    /// Bytes of a file-name extension key (lower case, NUL padded).
-    pub const EXT_LEN: usize = 16;
-
-    /// Ring buffer event: a system call without a path (struct syscall_event).
-    pub const EVENT_SYSCALL: u32 = 1;
-    /// Ring buffer event: a system call with its path (struct syscall_path_event).
-    pub const EVENT_SYSCALL_PATH: u32 = 2;
-    /// Ring buffer event: a process called execve (struct process_event).
-    pub const EVENT_PROCESS_EXEC: u32 = 3;
-    /// Ring buffer event: a new process was forked (struct process_event).
-    pub const EVENT_PROCESS_FORK: u32 = 4;
-    /// Ring buffer event: the last thread of a process exited (struct process_event).
-    pub const EVENT_PROCESS_EXIT: u32 = 5;
-    /// Ring buffer event: a regular file opened while watched was closed,
-    /// with what was read through it (struct file_close_event).
-    pub const EVENT_FILE_CLOSE: u32 = 6;
-
-    /// Why a call was sent: it carries a path read at entry (openat).
-    pub const EMIT_PATH: u16 = 1;
-    /// Why a call was sent: it took at least slow_call_ns.
-    pub const EMIT_SLOW: u16 = 2;
-    /// Why a call was sent: it failed and its syscall is in error_event_mask.
-    pub const EMIT_ERROR: u16 = 4;
-    /// Why a call was sent: its size argument is at least large_size.
-    pub const EMIT_LARGE_MAP: u16 = 8;
-    /// Why a call was sent: its syscall is in probe_config.trace_mask (strace mode).
-    pub const EMIT_TRACE: u16 = 16;
-    /// Flag: the path did not fit in PATH_CAP bytes and was cut.
-    pub const EMIT_PATH_TRUNCATED: u16 = 32;
-    /// Flag: the path could not be read from user memory.
-    pub const EMIT_PATH_UNREADABLE: u16 = 64;
-
-    /// probe_config.filter_flags: only target processes are traced (else the whole host).
-    pub const FILTER_TARGETS: u32 = 1;
-    /// probe_config.filter_flags: processes in target cgroups are traced.
-    pub const FILTER_CGROUPS: u32 = 2;
-
-    /// target_processes value: named by --pid (or forked by one, see FOLLOW_FORKS).
-    pub const TARGET_PID: u32 = 1;
-    /// target_processes value: its name matches a --comm target.
-    pub const TARGET_COMM: u32 = 2;
-    /// target_processes value: processes it forks become targets too.
-    pub const TARGET_FOLLOW_FORKS: u32 = 4;
-    /// target_processes value: only its threads listed in target_threads
-    /// are traced (strace without -f traces just the thread it was given).
-    pub const TARGET_THREADS_ONLY: u32 = 8;
-
-    /// counters index: events the programs tried to send.
-    pub const COUNTER_EVENTS_SENT: u32 = 0;
-    /// counters index: events lost because the ring buffer was full.
-    pub const COUNTER_DROP_RINGBUF: u32 = 1;
-    /// counters index: calls not measured, no per-thread state could be had.
-    pub const COUNTER_DROP_THREAD_STATE: u32 = 2;
-    /// counters index: calls counted in the overflow entry, stats map full.
-    pub const COUNTER_STATS_OVERFLOW: u32 = 3;
-    /// counters index: calls lost, stats map full and no overflow entry.
-    pub const COUNTER_DROP_STATS: u32 = 4;
-    /// counters index: errors counted in the overflow entry, errors map full.
-    pub const COUNTER_ERRORS_OVERFLOW: u32 = 5;
-    /// counters index: errors lost, errors map full and no overflow entry.
-    pub const COUNTER_DROP_ERRORS: u32 = 6;
-    /// counters index: forked children not followed, target map full.
-    pub const COUNTER_DROP_TARGET: u32 = 7;
-    /// counters index: files not tracked, open_files map full (their reads
-    /// are classed not_file and get no close event).
-    pub const COUNTER_DROP_OPEN_FILES: u32 = 8;
-    /// Number of counters.
-    pub const NR_COUNTERS: u32 = 9;
-
-    /// max_entries of target_processes.
-    pub const MAX_TARGET_PROCESSES: u32 = 65536;
-    /// max_entries of target_comms.
-    pub const MAX_TARGET_COMMS: u32 = 256;
-    /// max_entries of target_cgroups.
-    pub const MAX_TARGET_CGROUPS: u32 = 256;
-    /// max_entries of target_threads.
-    pub const MAX_TARGET_THREADS: u32 = 4096;
-    /// Deepest cgroup level a --cgroup target may have (bits of cgroup_levels).
-    pub const MAX_CGROUP_LEVEL: u32 = 31;
-    /// max_entries of syscall_stats (per-CPU, allocated on use).
-    pub const MAX_STATS_ENTRIES: u32 = 16384;
-    /// max_entries of syscall_errors (per-CPU, allocated on use).
-    pub const MAX_ERROR_ENTRIES: u32 = 8192;
-    /// max_entries of open_files (descriptors of watched processes).
-    pub const MAX_OPEN_FILES: u32 = 65536;
-    /// Recent futex wakes remembered per CPU (a power of two).
-    pub const FUTEX_WAKE_SLOTS: u32 = 64;
-    /// Most CPUs a long wait's search for its waker looks at.
-    pub const MAX_CPUS: u32 = 4096;
-    /// max_entries of file_classes (extensions with a class).
-    pub const MAX_FILE_CLASS_EXTS: u32 = 256;
-    /// thread_state.aux_kind: aux holds a struct timespec.
-    pub const AUX_TIMESPEC: u16 = 1;
-    /// Mask giving the futex command from its op argument (stats_key.variant).
-    pub const FUTEX_CMD_MASK: u64 = 0x7f;
-    /// Default ring buffer size in bytes (a power of two, multiple of the page size).
-    pub const DEFAULT_RINGBUF_BYTES: u32 = 4 << 20;
-}
+use crate::{cgen::write_struct, constants::*, shared_struct};
 
 shared_struct! {
     /// Runtime settings of the BPF programs: the single entry of the
@@ -182,7 +38,12 @@ shared_struct! {
         pub wakeup_bytes: u64,
         /// Possible CPUs (the per-CPU wake rings a long wait searches).
         pub nr_cpus: u32,
-        pub _pad2: u32,
+        /// Bit per syscall index: the calls traced at all (`run --syscalls`);
+        /// sys_enter returns at once for the others.
+        pub syscall_mask: u32,
+        /// Character-device majors of GPU drivers (from /proc/devices), 0 in
+        /// unused slots: their descriptors are FILE_CLASS_GPU.
+        pub gpu_majors: [u32; 8],
     }
 }
 
@@ -220,8 +81,9 @@ shared_struct! {
     pub struct StatsKey as "stats_key" {
         /// Syscall index.
         pub syscall: u16,
-        /// Sub-kind of the call: the futex command (op & FUTEX_CMD_MASK), the
-        /// FILE_CLASS_* of the descriptor read, else 0.
+        /// Sub-kind of the call, as its row's variant says (syscalls.rs): the
+        /// futex command (op & FUTEX_CMD_MASK), the FILE_CLASS_* of its
+        /// descriptor, else 0.
         pub variant: u16,
         /// Name of the thread-group leader when the call ended; all zero in
         /// the overflow entries.
@@ -342,6 +204,15 @@ shared_struct! {
 }
 
 shared_struct! {
+    /// Key of futex_wake_words: a futex word of a process.
+    pub struct FutexWordKey as "futex_word_key" {
+        pub tgid: u32,
+        pub _pad: u32,
+        pub uaddr: u64,
+    }
+}
+
+shared_struct! {
     /// Key of file_classes: a file-name extension, lower case, no dot.
     pub struct ExtKey as "ext_key" {
         pub ext: [u8; 16],
@@ -436,11 +307,7 @@ shared_struct! {
     }
 }
 
-pub(crate) fn write_c_constants(out: &mut String) {
-    write_consts(out);
-    out.push('\n');
-}
-
+/// Appends every shared structure with its layout asserts.
 pub(crate) fn write_c_structs(out: &mut String) {
     write_struct::<ProbeConfig>(out);
     write_struct::<ThreadState>(out);
@@ -452,125 +319,13 @@ pub(crate) fn write_c_structs(out: &mut String) {
     write_struct::<OpenFile>(out);
     write_struct::<FutexWake>(out);
     write_struct::<FutexWakeRing>(out);
+    write_struct::<FutexWordKey>(out);
     write_struct::<ExtKey>(out);
     write_struct::<EventHeader>(out);
     write_struct::<SyscallEvent>(out);
     write_struct::<SyscallPathEvent>(out);
     write_struct::<ProcessEvent>(out);
     write_struct::<FileCloseEvent>(out);
-}
-
-/// Upper bound in nanoseconds of latency bucket `i` (None for the last, +Inf).
-pub fn latency_bucket_upper_ns(i: usize) -> Option<u64> {
-    (i + 1 < LATENCY_BUCKETS).then(|| 1u64 << (LATENCY_MIN_SHIFT as usize + i))
-}
-
-/// The bucket a duration falls in; the same rule as the BPF side.
-pub fn latency_bucket(ns: u64) -> usize {
-    if ns <= 1 {
-        return 0;
-    }
-    let ceil_log2 = 64 - (ns - 1).leading_zeros();
-    (ceil_log2.saturating_sub(LATENCY_MIN_SHIFT) as usize).min(LATENCY_BUCKETS - 1)
-}
-
-/// Upper bound in bytes of size bucket `i` (None for the last, +Inf).
-pub fn size_bucket_upper(i: usize) -> Option<u64> {
-    (i + 1 < SIZE_BUCKETS).then(|| 1u64 << (2 * i))
-}
-
-/// The size bucket of `bytes`; the same rule as the BPF side.
-pub fn size_bucket(bytes: u64) -> usize {
-    if bytes <= 1 {
-        return 0;
-    }
-    let ceil_log2 = 64 - (bytes - 1).leading_zeros() as usize;
-    ceil_log2.div_ceil(2).min(SIZE_BUCKETS - 1)
-}
-
-/// The name of a FILE_CLASS_* value (the `file_class` label).
-pub fn file_class_name(class: u16) -> &'static str {
-    match class {
-        FILE_CLASS_NOT_FILE => "not_file",
-        FILE_CLASS_MODEL => "model",
-        FILE_CLASS_AUDIO => "audio",
-        FILE_CLASS_IMAGE => "image",
-        FILE_CLASS_VIDEO => "video",
-        _ => "other",
-    }
-}
-
-/// Default extension -> class table (lower case, without the dot).
-pub const DEFAULT_FILE_CLASSES: &[(&str, u16)] = &[
-    ("pth", FILE_CLASS_MODEL),
-    ("pt", FILE_CLASS_MODEL),
-    ("safetensors", FILE_CLASS_MODEL),
-    ("bin", FILE_CLASS_MODEL),
-    ("onnx", FILE_CLASS_MODEL),
-    ("gguf", FILE_CLASS_MODEL),
-    ("ckpt", FILE_CLASS_MODEL),
-    ("pkl", FILE_CLASS_MODEL),
-    ("engine", FILE_CLASS_MODEL),
-    ("mp3", FILE_CLASS_AUDIO),
-    ("wav", FILE_CLASS_AUDIO),
-    ("flac", FILE_CLASS_AUDIO),
-    ("ogg", FILE_CLASS_AUDIO),
-    ("m4a", FILE_CLASS_AUDIO),
-    ("aac", FILE_CLASS_AUDIO),
-    ("opus", FILE_CLASS_AUDIO),
-    ("png", FILE_CLASS_IMAGE),
-    ("jpg", FILE_CLASS_IMAGE),
-    ("jpeg", FILE_CLASS_IMAGE),
-    ("webp", FILE_CLASS_IMAGE),
-    ("bmp", FILE_CLASS_IMAGE),
-    ("gif", FILE_CLASS_IMAGE),
-    ("tif", FILE_CLASS_IMAGE),
-    ("tiff", FILE_CLASS_IMAGE),
-    ("mp4", FILE_CLASS_VIDEO),
-    ("mkv", FILE_CLASS_VIDEO),
-    ("mov", FILE_CLASS_VIDEO),
-    ("avi", FILE_CLASS_VIDEO),
-    ("webm", FILE_CLASS_VIDEO),
-    ("flv", FILE_CLASS_VIDEO),
-];
-
-/// The class of a path by its extension, as the BPF side computes it.
-pub fn class_of_path(path: &[u8]) -> u16 {
-    let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
-    let Some(dot) = name.iter().rposition(|&b| b == b'.') else {
-        return FILE_CLASS_OTHER;
-    };
-    let ext = &name[dot + 1..];
-    // The BPF side looks for the dot among the last EXT_LEN-1 bytes.
-    if ext.is_empty() || ext.len() > EXT_LEN - 2 {
-        return FILE_CLASS_OTHER;
-    }
-    let ext = String::from_utf8_lossy(ext).to_ascii_lowercase();
-    DEFAULT_FILE_CLASSES.iter().find(|(e, _)| *e == ext).map_or(FILE_CLASS_OTHER, |&(_, c)| c)
-}
-
-/// An extension as a file_classes key.
-pub fn ext_key(ext: &str) -> ExtKey {
-    let mut k = ExtKey { ext: [0; EXT_LEN] };
-    let b = ext.as_bytes();
-    let n = b.len().min(EXT_LEN - 1);
-    k.ext[..n].copy_from_slice(&b[..n]);
-    k
-}
-
-/// A NUL-padded name as text (lossy for non-UTF-8 names).
-pub fn comm_str(comm: &[u8]) -> String {
-    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
-    String::from_utf8_lossy(&comm[..end]).into_owned()
-}
-
-/// A name as the kernel stores it: at most COMM_LEN-1 bytes, NUL padded.
-pub fn comm_bytes(name: &str) -> [u8; COMM_LEN] {
-    let mut out = [0u8; COMM_LEN];
-    let b = name.as_bytes();
-    let n = b.len().min(COMM_LEN - 1);
-    out[..n].copy_from_slice(&b[..n]);
-    out
 }
 
 // The sizes the ring buffer reader relies on. The programs and the daemon
@@ -582,73 +337,15 @@ const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<FutexWakeRing>() == 8 + 40 * FUTEX_WAKE_SLOTS as usize);
 const _: () = assert!(core::mem::size_of::<SyscallStats>() == 8 * (5 + LATENCY_BUCKETS + SIZE_BUCKETS));
 const _: () = assert!(core::mem::size_of::<ThreadState>() == 88 + PATH_CAP);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 64 + 4 * MAX_GPU_MAJORS);
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn latency_buckets_are_inclusive_upper_bounds() {
-        assert_eq!(latency_bucket(0), 0);
-        assert_eq!(latency_bucket(1024), 0);
-        assert_eq!(latency_bucket(1025), 1);
-        assert_eq!(latency_bucket(2048), 1);
-        assert_eq!(latency_bucket(2049), 2);
-        assert_eq!(latency_bucket(u64::MAX), LATENCY_BUCKETS - 1);
-        // 200 ms: 2^27 ns < 2e8 <= 2^28 ns, i.e. le = 0.268 s.
-        let b = latency_bucket(200_000_000);
-        assert_eq!(latency_bucket_upper_ns(b), Some(1 << 28));
-        for i in 0..LATENCY_BUCKETS - 1 {
-            let up = latency_bucket_upper_ns(i).unwrap();
-            assert_eq!(latency_bucket(up), i);
-            assert_eq!(latency_bucket(up + 1), i + 1);
-        }
-        assert_eq!(latency_bucket_upper_ns(LATENCY_BUCKETS - 1), None);
-    }
-
-    #[test]
-    fn size_buckets_are_powers_of_four() {
-        assert_eq!(size_bucket(0), 0);
-        assert_eq!(size_bucket(1), 0);
-        assert_eq!(size_bucket(2), 1);
-        assert_eq!(size_bucket(4), 1);
-        assert_eq!(size_bucket(5), 2);
-        assert_eq!(size_bucket(1024), 5);
-        assert_eq!(size_bucket(1025), 6);
-        assert_eq!(size_bucket(4096), 6);
-        assert_eq!(size_bucket(16 << 20), 12);
-        assert_eq!(size_bucket(u64::MAX), SIZE_BUCKETS - 1);
-        for i in 0..SIZE_BUCKETS - 1 {
-            let up = size_bucket_upper(i).unwrap();
-            assert_eq!(size_bucket(up), i, "{up}");
-            assert_eq!(size_bucket(up + 1), i + 1, "{up}");
-        }
-    }
-
-    #[test]
-    fn file_classes_by_extension() {
-        assert_eq!(class_of_path(b"/models/sonic/lip_decoder.pth"), FILE_CLASS_MODEL);
-        assert_eq!(class_of_path(b"/data/SPEECH.MP3"), FILE_CLASS_AUDIO);
-        assert_eq!(class_of_path(b"face.png"), FILE_CLASS_IMAGE);
-        assert_eq!(class_of_path(b"/x/out.mp4"), FILE_CLASS_VIDEO);
-        assert_eq!(class_of_path(b"/etc/hostname"), FILE_CLASS_OTHER);
-        assert_eq!(class_of_path(b"/a.pth/readme"), FILE_CLASS_OTHER);
-        assert_eq!(class_of_path(b"/x/file."), FILE_CLASS_OTHER);
-        assert_eq!(class_of_path(b"/x/a.verylongextension"), FILE_CLASS_OTHER);
-        assert_eq!(file_class_name(FILE_CLASS_NOT_FILE), "not_file");
-        assert_eq!(file_class_name(FILE_CLASS_MODEL), "model");
-    }
-
-    #[test]
-    fn comm_round_trip_and_truncation() {
-        assert_eq!(comm_str(&comm_bytes("python3")), "python3");
-        let long = comm_bytes("a-very-long-process-name");
-        assert_eq!(comm_str(&long).len(), COMM_LEN - 1);
-        assert_eq!(long[COMM_LEN - 1], 0);
-    }
-
-    #[test]
     fn array_sizes_match_constants() {
+        assert_eq!(ProbeConfig::zeroed().gpu_majors.len(), MAX_GPU_MAJORS);
         let s = SyscallStats::zeroed();
         assert_eq!(s.latency.len(), LATENCY_BUCKETS);
         let t = ThreadState::zeroed();

@@ -17,9 +17,12 @@ static __always_inline struct probe_config *get_config(void)
 	return bpf_map_lookup_elem(&config, &zero);
 }
 
+/* A task's name into a zeroed dst, up to its NUL: kernels before about
+ * 5.17 set comm with strlcpy, leaving an earlier, longer name's bytes after
+ * the NUL, and a name used as a map key must not carry them. */
 static __always_inline void read_comm(char dst[SP_COMM_LEN], const struct task_struct *task)
 {
-	bpf_probe_read_kernel(dst, SP_COMM_LEN, task->comm);
+	bpf_probe_read_kernel_str(dst, SP_COMM_LEN, task->comm);
 }
 
 static __always_inline void fill_header(struct event_header *h, __u32 kind, __u64 pid_tgid,

@@ -29,7 +29,7 @@ struct call_info {
 	__u64 file_ino;
 };
 
-/* waker: the wake that ended a futex wait, or NULL. */
+/* waker: the wake that ended a futex wait; all zero if none. */
 static __always_inline void fill_call(struct syscall_event *ev, const struct thread_state *st,
 				      const struct stats_key *key, const struct call_info *c,
 				      const struct futex_wake *waker)
@@ -39,13 +39,8 @@ static __always_inline void fill_call(struct syscall_event *ev, const struct thr
 	ev->reasons = c->reasons;
 	ev->path_len = 0;
 	ev->file_class = c->file_class;
-	if (waker) {
-		ev->waker_tid = waker->tid;
-		__builtin_memcpy(ev->waker_comm, waker->comm, SP_COMM_LEN);
-	} else {
-		ev->waker_tid = 0;
-		__builtin_memset(ev->waker_comm, 0, SP_COMM_LEN);
-	}
+	ev->waker_tid = waker->tid;
+	__builtin_memcpy(ev->waker_comm, waker->comm, SP_COMM_LEN);
 	ev->file_mode = c->file_mode;
 	ev->file_dev = c->file_dev;
 	ev->file_ino = c->file_ino;

@@ -2,10 +2,12 @@
 /*
  * Which descriptor is which file. openat's exit enters the new descriptor
  * in open_files with its inode type and, for regular files, the class of
- * its path's extension (file_classes); close removes it (and reports what
- * was read through it); the first read of a descriptor we did not see
- * opened enters it with its inode type only. Reads then cost one lookup to
- * know whether they read a model file, an audio file, a pipe or a socket.
+ * its path's extension (file_classes), for GPU device nodes the gpu class;
+ * close removes it (and reports what was read through it); the first call
+ * on a descriptor we did not see opened (a row with fd_use Read or
+ * Classify) enters it with its inode type only. Calls then cost one lookup
+ * to know whether they read a model file, an audio file, a pipe, a socket
+ * or talk to a GPU.
  *
  * Not seen: descriptors made by dup/dup2/fcntl, inherited across exec or
  * from before attach keep their inode type but no path; close_range() and
@@ -15,17 +17,19 @@
 #pragma once
 
 /* Fills the inode type, device and number of a process's descriptor;
- * returns false (leaving them 0) if it is not open. */
-static __always_inline bool fd_inode(struct task_struct *task, __u32 fd, struct open_file *out)
+ * returns false (leaving them 0) if it is not open. *rdev: the device a
+ * character device node stands for, else 0. */
+static __always_inline bool fd_inode(struct task_struct *task, __u32 fd, struct open_file *out, __u32 *rdev)
 {
-	/* Direct loads through the task's BTF pointers, no helper calls. */
-	struct files_struct *files = task->files;
+	/* Direct loads through the task's BTF pointers where the kernel gives
+	 * us one, no helper calls (variant.h). */
+	struct files_struct *files = KREAD(task, files);
 	if (!files)
 		return false;
-	struct fdtable *fdt = files->fdt;
-	if (!fdt || fd >= fdt->max_fds)
+	struct fdtable *fdt = KREAD(files, fdt);
+	if (!fdt || fd >= KREAD(fdt, max_fds))
 		return false;
-	struct file **fds = fdt->fd;
+	struct file **fds = KREAD(fdt, fd);
 	struct file *f = NULL;
 	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
 		return false;
@@ -35,7 +39,22 @@ static __always_inline bool fd_inode(struct task_struct *task, __u32 fd, struct 
 	out->mode = BPF_CORE_READ(inode, i_mode);
 	out->ino = BPF_CORE_READ(inode, i_ino);
 	out->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	*rdev = S_ISCHR(out->mode) ? BPF_CORE_READ(inode, i_rdev) : 0;
 	return true;
+}
+
+/* The class of what is not a regular file: a GPU if it is a character
+ * device of a driver in probe_config.gpu_majors. */
+static __always_inline __u16 class_of_device(const struct probe_config *cfg, __u32 rdev)
+{
+	__u32 major = rdev >> 20; /* the kernel's dev_t: MINORBITS 20 */
+
+	if (!rdev)
+		return SP_FILE_CLASS_NOT_FILE;
+	for (int i = 0; i < SP_MAX_GPU_MAJORS; i++)
+		if (cfg->gpu_majors[i] && cfg->gpu_majors[i] == major)
+			return SP_FILE_CLASS_GPU;
+	return SP_FILE_CLASS_NOT_FILE;
 }
 
 /* FILE_CLASS_* of the path captured at openat entry, by its extension. */
@@ -75,20 +94,22 @@ static __always_inline __u16 class_of_path(const struct thread_state *st)
 }
 
 /* openat returned fd: enter it. */
-static __always_inline void track_open(struct task_struct *task, __u32 tgid, __u32 fd,
-				       const struct thread_state *st, struct open_file *out)
+static __always_inline void track_open(const struct probe_config *cfg, struct task_struct *task, __u32 tgid,
+				       __u32 fd, const struct thread_state *st, struct open_file *out)
 {
 	struct file_key key = { .tgid = tgid, .fd = fd };
+	__u32 rdev = 0;
 
 	out->opened_ns = st->start_ns;
-	fd_inode(task, fd, out);
-	out->class = S_ISREG(out->mode) ? class_of_path(st) : SP_FILE_CLASS_NOT_FILE;
+	fd_inode(task, fd, out, &rdev);
+	out->class = S_ISREG(out->mode) ? class_of_path(st) : class_of_device(cfg, rdev);
 	if (bpf_map_update_elem(&open_files, &key, out, BPF_ANY))
 		count(SP_COUNTER_DROP_OPEN_FILES);
 }
 
 /* The entry of a descriptor, entered now if this is its first sight. */
-static __always_inline struct open_file *lookup_fd(struct task_struct *task, __u32 tgid, __u32 fd)
+static __always_inline struct open_file *lookup_fd(const struct probe_config *cfg, struct task_struct *task,
+						   __u32 tgid, __u32 fd)
 {
 	struct file_key key = { .tgid = tgid, .fd = fd };
 	struct open_file *of = bpf_map_lookup_elem(&open_files, &key);
@@ -96,9 +117,10 @@ static __always_inline struct open_file *lookup_fd(struct task_struct *task, __u
 	if (of)
 		return of;
 	struct open_file fresh = {};
-	if (!fd_inode(task, fd, &fresh))
+	__u32 rdev = 0;
+	if (!fd_inode(task, fd, &fresh, &rdev))
 		return NULL;
-	fresh.class = S_ISREG(fresh.mode) ? SP_FILE_CLASS_OTHER : SP_FILE_CLASS_NOT_FILE;
+	fresh.class = S_ISREG(fresh.mode) ? SP_FILE_CLASS_OTHER : class_of_device(cfg, rdev);
 	if (bpf_map_update_elem(&open_files, &key, &fresh, BPF_NOEXIST)) {
 		of = bpf_map_lookup_elem(&open_files, &key); /* another thread was first? */
 		if (!of)

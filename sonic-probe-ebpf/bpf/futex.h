@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: (MIT OR GPL-2.0) */
 /*
  * Who ended a long futex wait? Every wake of a watched process is noted at
- * its entry (before it can wake anyone) in this CPU's ring of recent wakes:
- * a few stores, no hashing, no lock, because wakes are frequent. Only a
- * wait that lasted long enough to be reported searches the rings of all
- * CPUs for the latest wake of its futex word since it started.
+ * its entry (before it can wake anyone). Where the kernel has bpf_loop and
+ * per-CPU lookups of other CPUs' elements, in this CPU's ring of recent
+ * wakes: a few stores, no hashing, no lock, because wakes are frequent;
+ * only a wait that lasted long enough to be reported searches the rings of
+ * all CPUs for the latest wake of its futex word since it started.
+ * Elsewhere (variant.h) the last wake of each word goes into an LRU hash,
+ * and a long wait looks its word up there.
  */
 #pragma once
 
@@ -22,37 +25,60 @@ static __always_inline bool futex_cmd_has_timeout(__u32 cmd)
 	       cmd == FUTEX_LOCK_PI2 || cmd == FUTEX_WAIT_REQUEUE_PI;
 }
 
-static __always_inline void note_wake(struct futex_wake_ring *ring, const struct task_struct *task,
-				      __u64 uaddr, __u64 now)
+#if SP_WAKER_PERCPU
+static __always_inline void note_wake(const struct task_struct *task, __u64 pid_tgid, __u64 uaddr, __u64 now)
 {
+	__u32 zero = 0;
+	struct futex_wake_ring *ring = bpf_map_lookup_elem(&futex_wakes, &zero);
+	if (!ring)
+		return;
 	__u32 i = ring->next++ & (SP_FUTEX_WAKE_SLOTS - 1);
 	struct futex_wake *w = &ring->wakes[i];
 
-	w->tgid = task->tgid;
-	w->tid = task->pid;
+	w->tgid = pid_tgid >> 32;
+	w->tid = (__u32)pid_tgid;
 	w->uaddr = uaddr;
 	w->time_ns = now;
-	__builtin_memcpy(w->comm, task->comm, SP_COMM_LEN);
+	KREAD_ARRAY(w->comm, task, comm);
 }
+#else
+static __always_inline void note_wake(const struct task_struct *task, __u64 pid_tgid, __u64 uaddr, __u64 now)
+{
+	struct futex_word_key key = { .tgid = pid_tgid >> 32, .uaddr = uaddr };
+	struct futex_wake *w = bpf_map_lookup_elem(&futex_wake_words, &key);
+
+	/* A word woken before (a lock in use): overwrite in place, a few
+	 * stores instead of an update's allocation and locking. Two CPUs
+	 * waking the same word at once may mix their fields; the waker is a
+	 * hint either way. */
+	if (w) {
+		w->tid = (__u32)pid_tgid;
+		w->time_ns = now;
+		KREAD_ARRAY(w->comm, task, comm);
+		return;
+	}
+	struct futex_wake fresh = { .tgid = key.tgid, .tid = (__u32)pid_tgid, .uaddr = uaddr, .time_ns = now };
+	KREAD_ARRAY(fresh.comm, task, comm);
+	bpf_map_update_elem(&futex_wake_words, &key, &fresh, BPF_ANY);
+}
+#endif
 
 /* At futex entry: note a wake on the words it may wake. */
-static __always_inline void futex_enter(const struct thread_state *st, const struct task_struct *task, __u64 now)
+static __always_inline void futex_enter(const struct thread_state *st, const struct task_struct *task,
+					__u64 pid_tgid, __u64 now)
 {
 	__u32 cmd = st->args[1] & SP_FUTEX_CMD_MASK;
 
 	if (!futex_cmd_wakes(cmd))
 		return;
-	__u32 zero = 0;
-	struct futex_wake_ring *ring = bpf_map_lookup_elem(&futex_wakes, &zero);
-	if (!ring)
-		return;
 	/* CMP_REQUEUE_PI hands uaddr2's lock to a waiter; WAKE_OP wakes on both. */
 	if (cmd == FUTEX_CMP_REQUEUE_PI || cmd == FUTEX_WAKE_OP)
-		note_wake(ring, task, st->args[4], now);
+		note_wake(task, pid_tgid, st->args[4], now);
 	if (cmd != FUTEX_CMP_REQUEUE_PI)
-		note_wake(ring, task, st->args[0], now);
+		note_wake(task, pid_tgid, st->args[0], now);
 }
 
+#if SP_WAKER_PERCPU
 /* What a long wait looks for, and the best match so far. */
 struct waker_search {
 	__u32 tgid;
@@ -81,12 +107,40 @@ static long search_cpu(__u64 cpu, void *ctx)
 	return 0;
 }
 
+/* The latest wake of (tgid, uaddr) since `since`, from every CPU's ring. */
+static __always_inline bool find_wake(const struct probe_config *cfg, __u32 tgid, __u64 uaddr, __u64 since,
+				      struct futex_wake *out)
+{
+	struct waker_search s = { .tgid = tgid, .uaddr = uaddr, .since = since };
+	__u32 cpus = cfg->nr_cpus < SP_MAX_CPUS ? cfg->nr_cpus : SP_MAX_CPUS;
+
+	bpf_loop(cpus, search_cpu, &s, 0);
+	if (!s.found)
+		return false;
+	*out = s.best;
+	return true;
+}
+#else
+/* The last wake of (tgid, uaddr), if it came since `since`. */
+static __always_inline bool find_wake(const struct probe_config *cfg, __u32 tgid, __u64 uaddr, __u64 since,
+				      struct futex_wake *out)
+{
+	struct futex_word_key key = { .tgid = tgid, .uaddr = uaddr };
+	struct futex_wake *w = bpf_map_lookup_elem(&futex_wake_words, &key);
+
+	if (!w || w->time_ns < since)
+		return false;
+	*out = *w;
+	return true;
+}
+#endif
+
 /* Fills `out` with the wake that ended this wait; false if unknown or not a
  * woken wait. */
 static __always_inline bool futex_waker(const struct probe_config *cfg, const struct thread_state *st, int idx,
 					long ret, __u32 tgid, struct futex_wake *out)
 {
-	struct waker_search s = { .tgid = tgid, .since = st->start_ns };
+	__u64 uaddr;
 
 	if (idx == SP_SYSCALL_FUTEX_WAITV) {
 		/* Returns the index of the futex that woke it. */
@@ -94,23 +148,18 @@ static __always_inline bool futex_waker(const struct probe_config *cfg, const st
 		if (ret < 0 || ret >= 128 ||
 		    bpf_probe_read_user(&w, sizeof(w), (void *)(st->args[0] + ret * sizeof(w))))
 			return false;
-		s.uaddr = w.uaddr;
+		uaddr = w.uaddr;
 	} else {
 		__u32 cmd = st->args[1] & SP_FUTEX_CMD_MASK;
 		if (ret != 0)
 			return false;
 		if (cmd == FUTEX_WAIT || cmd == FUTEX_WAIT_BITSET || cmd == FUTEX_LOCK_PI ||
 		    cmd == FUTEX_LOCK_PI2)
-			s.uaddr = st->args[0];
+			uaddr = st->args[0];
 		else if (cmd == FUTEX_WAIT_REQUEUE_PI)
-			s.uaddr = st->args[4];
+			uaddr = st->args[4];
 		else
 			return false;
 	}
-	__u32 cpus = cfg->nr_cpus < SP_MAX_CPUS ? cfg->nr_cpus : SP_MAX_CPUS;
-	bpf_loop(cpus, search_cpu, &s, 0);
-	if (!s.found)
-		return false;
-	*out = s.best;
-	return true;
+	return find_wake(cfg, tgid, uaddr, st->start_ns, out);
 }

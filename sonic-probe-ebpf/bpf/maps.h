@@ -45,13 +45,35 @@ struct {
 	__type(value, __u32);
 } target_cgroups SEC(".maps");
 
-/* Per-thread state between entry and exit; freed with the thread. */
+/* Per-thread state between entry and exit; freed with the thread
+ * (entry_state.h). */
+#if SP_ENTRY_TASK_STORAGE
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, struct thread_state);
 } thread_states SEC(".maps");
+#else
+/* tid -> state, allocated at a thread's first traced call, deleted at its
+ * exit (sched_process_exit). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, SP_MAX_THREAD_STATES);
+	__type(key, __u32);
+	__type(value, struct thread_state);
+} thread_states SEC(".maps");
+
+/* One all-zero thread state new entries are copied from (too big for the
+ * BPF stack next to the rest). Never written. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct thread_state);
+} zero_thread_state SEC(".maps");
+#endif
 
 /* Exact per-name call statistics, per CPU; read by the daemon at scrape time. */
 struct {
@@ -95,13 +117,24 @@ struct {
 	__type(value, __u32);
 } file_classes SEC(".maps");
 
-/* Recent futex wakes, per CPU: who ended a long wait (futex.h). */
+/* Who ended a long wait (futex.h). */
+#if SP_WAKER_PERCPU
+/* Recent futex wakes, per CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct futex_wake_ring);
 } futex_wakes SEC(".maps");
+#else
+/* The last wake of each futex word of a watched process. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, SP_MAX_FUTEX_WAKE_WORDS);
+	__type(key, struct futex_word_key);
+	__type(value, struct futex_wake);
+} futex_wake_words SEC(".maps");
+#endif
 
 /* COUNTER_* -> count, per CPU: drops, overflows, events sent. */
 struct {

@@ -22,8 +22,10 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "sonic_probe_layout.h"
+#include "variant.h"
 #include "maps.h"
 #include "common.h"
+#include "entry_state.h"
 #include "targets.h"
 #include "stats.h"
 #include "files.h"
@@ -58,18 +60,17 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 		return 0;
 
 	struct probe_config *cfg = get_config();
-	if (!cfg)
+	if (!cfg || !(cfg->syscall_mask & (1u << idx)))
 		return 0;
-	struct task_struct *task = bpf_get_current_task_btf();
-	__u64 pid_tgid = ((__u64)task->tgid << 32) | (__u32)task->pid;
+	struct task_struct *task = current_task();
+	__u64 pid_tgid = task_pid_tgid(task);
 	if (!is_target_thread(cfg, pid_tgid))
 		return 0;
 	/* A 32-bit call uses the i386 numbering: not the call we think. */
-	if (task->thread_info.status & TS_COMPAT)
+	if (KREAD(task, thread_info.status) & TS_COMPAT)
 		return 0;
 
-	struct thread_state *st =
-		bpf_task_storage_get(&thread_states, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	struct thread_state *st = entry_state_create(task, pid_tgid);
 	if (!st) {
 		count(SP_COUNTER_DROP_THREAD_STATE);
 		return 0;
@@ -90,8 +91,9 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	if (parg >= 0 && parg < 6)
 		read_path(st, st->args[parg]);
 	/* strace mode names the file a close closes: look at it while it is open. */
-	if (idx == SP_SYSCALL_CLOSE && (cfg->trace_mask & (1u << idx)))
-		lookup_fd(task, pid_tgid >> 32, st->args[0]);
+	int farg = sp_syscall_fd_arg(idx);
+	if (sp_syscall_fd_use(idx) == SP_FD_CLOSES && (cfg->trace_mask & (1u << idx)) && farg >= 0 && farg < 6)
+		lookup_fd(cfg, task, pid_tgid >> 32, st->args[farg]);
 	/* strace mode prints a futex wait's timeout: read it while it is there. */
 	if (idx == SP_SYSCALL_FUTEX && (cfg->trace_mask & (1u << idx)) && st->args[3] &&
 	    futex_cmd_has_timeout(st->args[1] & SP_FUTEX_CMD_MASK) &&
@@ -102,7 +104,7 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	/* Last, so that our own work above is not part of the call's time. */
 	st->start_ns = bpf_ktime_get_ns();
 	if (idx == SP_SYSCALL_FUTEX)
-		futex_enter(st, task, st->start_ns);
+		futex_enter(st, task, pid_tgid, st->start_ns);
 	return 0;
 }
 
@@ -122,15 +124,16 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	if (idx < 0)
 		return 0;
 
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct thread_state *st = bpf_task_storage_get(&thread_states, task, 0, 0);
+	struct task_struct *task = current_task();
+	__u64 pid_tgid = task_pid_tgid(task);
+	struct thread_state *st = entry_state_get(task, pid_tgid);
 	if (!st || !st->active || st->syscall != idx)
 		return 0;
 	st->active = 0;
 
 	struct call_info c = {
 		.duration_ns = bpf_ktime_get_ns() - st->start_ns,
-		.pid_tgid = ((__u64)task->tgid << 32) | (__u32)task->pid,
+		.pid_tgid = pid_tgid,
 		.ret = ret,
 	};
 	struct probe_config *cfg = get_config();
@@ -141,8 +144,8 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 
 	struct stats_key key = { .syscall = idx };
 	{
-		struct task_struct *leader = task->group_leader;
-		__builtin_memcpy(key.comm, leader->comm, SP_COMM_LEN);
+		struct task_struct *leader = KREAD(task, group_leader);
+		KREAD_COMM(key.comm, leader);
 	}
 
 	/* The kernel faulted the path's page in while the call ran: try again. */
@@ -162,23 +165,23 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	else if (sp_syscall_bytes_from_size(idx) && !failed)
 		sample.bytes = sample.size;
 
-	/* What some calls need beyond counting. */
-	if (idx == SP_SYSCALL_FUTEX) {
-		key.variant = st->args[1] & SP_FUTEX_CMD_MASK;
-	} else if (idx == SP_SYSCALL_READ) {
-		struct open_file *of = lookup_fd(task, tgid, st->args[0]);
+	/* What the call's descriptor is (its row's fd_use), and the variant
+	 * its statistics are kept under. */
+	int farg = sp_syscall_fd_arg(idx);
+	int fuse = sp_syscall_fd_use(idx);
+	if ((fuse == SP_FD_READ || fuse == SP_FD_CLASSIFY) && farg >= 0 && farg < 6) {
+		struct open_file *of = lookup_fd(cfg, task, tgid, st->args[farg]);
 		if (of) {
-			account_read(of, sample.size, ret, cfg);
+			if (fuse == SP_FD_READ)
+				account_read(of, sample.size, ret, cfg);
 			describe_file(&c, of);
 		}
-		key.variant = c.file_class;
-	} else if (idx == SP_SYSCALL_OPENAT && !failed) {
+	} else if (fuse == SP_FD_OPENS && !failed) {
 		struct open_file of = {};
-		track_open(task, tgid, ret, st, &of);
+		track_open(cfg, task, tgid, ret, st, &of);
 		describe_file(&c, &of);
-		key.variant = c.file_class;
-	} else if (idx == SP_SYSCALL_CLOSE && !failed) {
-		struct file_key fk = { .tgid = tgid, .fd = st->args[0] };
+	} else if (fuse == SP_FD_CLOSES && !failed && farg >= 0 && farg < 6) {
+		struct file_key fk = { .tgid = tgid, .fd = st->args[farg] };
 		struct open_file *of = bpf_map_lookup_elem(&open_files, &fk);
 		if (of) {
 			describe_file(&c, of);
@@ -188,6 +191,11 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 			bpf_map_delete_elem(&open_files, &fk);
 		}
 	}
+	int vkind = sp_syscall_variant(idx);
+	if (vkind == SP_VARIANT_FUTEX_CMD)
+		key.variant = st->args[1] & SP_FUTEX_CMD_MASK;
+	else if (vkind == SP_VARIANT_FILE_CLASS)
+		key.variant = c.file_class;
 
 	add_stats(&key, &sample);
 	if (failed)
@@ -206,15 +214,19 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	if (!c.reasons)
 		return 0;
 
-	struct futex_wake waker;
-	bool woken = (idx == SP_SYSCALL_FUTEX || idx == SP_SYSCALL_FUTEX_WAITV) &&
-		     futex_waker(cfg, st, idx, ret, tgid, &waker);
-	if (idx == SP_SYSCALL_MMAP && !(st->args[3] & MAP_ANONYMOUS)) {
-		struct open_file *of = lookup_fd(task, tgid, st->args[4]);
+	/* Not a pointer that may be NULL: clang turns that select into
+	 * pointer arithmetic some verifiers reject. */
+	struct futex_wake waker = {};
+	if (idx == SP_SYSCALL_FUTEX || idx == SP_SYSCALL_FUTEX_WAITV)
+		futex_waker(cfg, st, idx, ret, tgid, &waker);
+	/* A descriptor that only names the file for the event (mmap's; -1
+	 * for an anonymous mapping). */
+	if (fuse == SP_FD_NAMES && farg >= 0 && farg < 6 && (int)st->args[farg] >= 0) {
+		struct open_file *of = lookup_fd(cfg, task, tgid, st->args[farg]);
 		if (of)
 			describe_file(&c, of);
 	}
-	emit_call(cfg, st, &key, &c, sp_syscall_path_arg(idx) >= 0, woken ? &waker : NULL);
+	emit_call(cfg, st, &key, &c, sp_syscall_path_arg(idx) >= 0, &waker);
 	return 0;
 }
 
@@ -276,7 +288,9 @@ int BPF_PROG(sched_process_exec, struct task_struct *p, pid_t old_pid, struct li
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(sched_process_exit, struct task_struct *p)
 {
-	/* Only the last thread of a process: signal->live already dropped to 0. */
+	entry_state_free(p->pid);
+	/* The rest only for the last thread of a process: signal->live
+	 * already dropped to 0. */
 	if (p->signal->live.counter != 0)
 		return 0;
 

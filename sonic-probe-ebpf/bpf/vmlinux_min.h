@@ -51,6 +51,8 @@ enum bpf_map_type {
 #define S_IFMT 0170000
 #define S_IFREG 0100000
 #define S_ISREG(m) (((m) & S_IFMT) == S_IFREG)
+#define S_IFCHR 0020000
+#define S_ISCHR(m) (((m) & S_IFMT) == S_IFCHR)
 
 /* uapi/linux/mman.h */
 #define MAP_ANONYMOUS 0x20
@@ -102,6 +104,7 @@ struct super_block {
 
 struct inode {
 	unsigned short i_mode;
+	unsigned int i_rdev;
 	unsigned long i_ino;
 	struct super_block *i_sb;
 };
@@ -119,8 +122,30 @@ struct files_struct {
 	struct fdtable *fdt;
 };
 
+struct kernfs_node {
+	__u64 id;
+};
+
+struct cgroup;
+
+struct cgroup_subsys_state {
+	struct cgroup *cgroup;
+	struct cgroup_subsys_state *parent;
+};
+
+struct cgroup {
+	struct cgroup_subsys_state self;
+	int level;
+	struct kernfs_node *kn;
+};
+
+struct css_set {
+	struct cgroup *dfl_cgrp;
+};
+
 struct task_struct {
 	struct thread_info thread_info;
+	struct css_set *cgroups;
 	struct files_struct *files;
 	int exit_code;
 	pid_t pid;

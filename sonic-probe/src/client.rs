@@ -1,55 +1,225 @@
 //! `sonic-probe findings`: asks a running daemon for its findings and
 //! prints them as a table a person can read (or as the raw JSON).
 
+use std::{path::PathBuf, sync::Arc};
+
 use anyhow::{anyhow, bail, Context};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
-use hyper::Uri;
+use hyper::{header::HeaderValue, Uri};
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer, ServerName};
 
 use crate::{
     error::{Error, Result},
     findings::{Detail, Finding},
 };
 
-/// The daemon's address as `http://HOST:PORT`, checked.
+/// The environment variable `--user`'s password is read from.
+pub const PASSWORD_ENV: &str = "SONIC_PROBE_PASSWORD";
+
+/// How to reach the daemon: TLS and credentials (`sonic-probe findings`).
+#[derive(Debug, Clone, Default)]
+pub struct ClientOptions {
+    /// CA certificates (PEM) the daemon's certificate must chain to
+    /// (default: the system's CA bundle).
+    pub ca_file: Option<PathBuf>,
+    /// A client certificate and its key (PEM), when the daemon asks for one.
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    /// Basic-auth user; the password comes from `password_file` or
+    /// $SONIC_PROBE_PASSWORD, never from the command line.
+    pub user: Option<String>,
+    pub password_file: Option<PathBuf>,
+}
+
+/// The daemon's address as `http(s)://HOST:PORT`, checked.
 pub fn parse_url(s: &str) -> Result<Uri> {
     let uri: Uri = s.parse().map_err(|_| Error::usage(format!("--url {s}: not a URL")))?;
-    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
-        return Err(Error::usage(format!("--url {s}: use http://HOST:PORT, e.g. http://127.0.0.1:9580")));
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none() {
+        return Err(Error::usage(format!(
+            "--url {s}: use http://HOST:PORT or https://HOST:PORT, e.g. http://127.0.0.1:9580"
+        )));
     }
     Ok(uri)
 }
 
-/// GET `path` from the daemon at `base`; the body on 200.
-pub async fn get(base: &Uri, path: &str) -> anyhow::Result<Bytes> {
-    let authority = base.authority().expect("checked by parse_url").clone();
-    let addr = if authority.port().is_some() { authority.to_string() } else { format!("{authority}:80") };
-    let stream =
-        tokio::time::timeout(std::time::Duration::from_secs(10), tokio::net::TcpStream::connect(&addr))
+/// A daemon to ask: its address, TLS settings and credentials, checked.
+pub struct Endpoint {
+    base: Uri,
+    tls: Option<(tokio_rustls::TlsConnector, ServerName<'static>)>,
+    authorization: Option<HeaderValue>,
+}
+
+/// The system's CA bundle, where the common distributions keep it.
+const SYSTEM_CA_BUNDLES: [&str; 3] =
+    ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"];
+
+fn read_file(flag: &str, path: &std::path::Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| Error::usage(format!("{flag} {}: cannot read it: {e}", path.display())))
+}
+
+impl Endpoint {
+    pub fn new(url: &str, options: &ClientOptions) -> Result<Self> {
+        let base = parse_url(url)?;
+        let authorization = match &options.user {
+            None => {
+                if options.password_file.is_some() {
+                    return Err(Error::usage("--password-file: give --user too"));
+                }
+                None
+            }
+            Some(user) => {
+                if user.contains(':') {
+                    return Err(Error::usage(format!("--user {user}: a user name cannot contain ':'")));
+                }
+                let password = match &options.password_file {
+                    Some(f) => String::from_utf8(read_file("--password-file", f)?)
+                        .map_err(|_| Error::usage(format!("--password-file {}: not UTF-8", f.display())))?
+                        .trim_end_matches(['\r', '\n'])
+                        .to_string(),
+                    None => std::env::var(PASSWORD_ENV).map_err(|_| {
+                        Error::usage(format!(
+                            "--user {user}: give the password in ${PASSWORD_ENV} or --password-file FILE \
+                             (never on the command line)"
+                        ))
+                    })?,
+                };
+                use base64::Engine;
+                let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+                let mut value =
+                    HeaderValue::from_str(&format!("Basic {token}")).expect("base64 is a valid header");
+                value.set_sensitive(true);
+                Some(value)
+            }
+        };
+        if base.scheme_str() == Some("http") {
+            if let Some(flag) = [
+                ("--ca-file", options.ca_file.is_some()),
+                ("--cert-file", options.cert_file.is_some()),
+                ("--key-file", options.key_file.is_some()),
+            ]
+            .iter()
+            .find_map(|(f, given)| given.then_some(f))
+            {
+                return Err(Error::usage(format!("{flag}: only for an https:// --url")));
+            }
+            return Ok(Endpoint { base, tls: None, authorization });
+        }
+        let mut roots = rustls::RootCertStore::empty();
+        let (flag, ca) = match &options.ca_file {
+            Some(f) => ("--ca-file", f.clone()),
+            None => {
+                let Some(bundle) = SYSTEM_CA_BUNDLES.iter().map(PathBuf::from).find(|p| p.exists()) else {
+                    return Err(Error::usage("https: no system CA bundle found; give --ca-file FILE"));
+                };
+                ("the system CA bundle", bundle)
+            }
+        };
+        let pem = read_file(flag, &ca)?;
+        for cert in CertificateDer::pem_slice_iter(&pem) {
+            let cert = cert.map_err(|e| Error::usage(format!("{flag} {}: not PEM ({e})", ca.display())))?;
+            // System bundles hold a few certificates rustls refuses; skip them.
+            let _ = roots.add(cert);
+        }
+        if roots.is_empty() {
+            return Err(Error::usage(format!("{flag} {}: no CA certificate in it", ca.display())));
+        }
+        let builder = rustls::ClientConfig::builder_with_provider(crate::web_config::crypto_provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| Error::usage(format!("TLS: {e}")))?
+            .with_root_certificates(roots);
+        let mut config = match (&options.cert_file, &options.key_file) {
+            (None, None) => builder.with_no_client_auth(),
+            (Some(c), Some(k)) => {
+                let certs: Vec<_> = CertificateDer::pem_slice_iter(&read_file("--cert-file", c)?)
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(|e| Error::usage(format!("--cert-file {}: not PEM ({e})", c.display())))?;
+                let key = PrivateKeyDer::from_pem_slice(&read_file("--key-file", k)?).map_err(|e| {
+                    Error::usage(format!("--key-file {}: no private key in it ({e})", k.display()))
+                })?;
+                builder
+                    .with_client_auth_cert(certs, key)
+                    .map_err(|e| Error::usage(format!("--cert-file/--key-file: {e}")))?
+            }
+            _ => return Err(Error::usage("--cert-file and --key-file go together")),
+        };
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let host = base.host().expect("checked by parse_url").trim_matches(['[', ']']);
+        let name = ServerName::try_from(host.to_string())
+            .map_err(|_| Error::usage(format!("--url {url}: {host} is not a host name or IP address")))?;
+        Ok(Endpoint {
+            base,
+            tls: Some((tokio_rustls::TlsConnector::from(Arc::new(config)), name)),
+            authorization,
+        })
+    }
+
+    /// GET `path`; the body on 200.
+    pub async fn get(&self, path: &str) -> anyhow::Result<Bytes> {
+        let authority = self.base.authority().expect("checked by parse_url").clone();
+        let default_port = if self.tls.is_some() { 443 } else { 80 };
+        let addr = if authority.port().is_some() {
+            authority.to_string()
+        } else {
+            format!("{authority}:{default_port}")
+        };
+        let timeout = std::time::Duration::from_secs(10);
+        let stream = tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&addr))
             .await
             .map_err(|_| anyhow!("timed out"))?
             .with_context(|| format!("cannot connect to {addr}"))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    tokio::spawn(conn);
-    let req = hyper::Request::get(path)
-        .header(hyper::header::HOST, authority.as_str())
-        .body(Empty::<Bytes>::new())?;
-    let resp = tokio::time::timeout(std::time::Duration::from_secs(30), sender.send_request(req))
-        .await
-        .map_err(|_| anyhow!("no answer within 30 s"))??;
-    let status = resp.status();
-    let body = resp.into_body().collect().await?.to_bytes();
-    if !status.is_success() {
-        bail!("{path}: HTTP {status}: {}", String::from_utf8_lossy(&body).trim());
+        let req = {
+            let mut req = hyper::Request::get(path).header(hyper::header::HOST, authority.as_str());
+            if let Some(a) = &self.authorization {
+                req = req.header(hyper::header::AUTHORIZATION, a.clone());
+            }
+            req.body(Empty::<Bytes>::new())?
+        };
+        let resp = match &self.tls {
+            None => send(TokioIo::new(stream), req).await?,
+            Some((connector, name)) => {
+                let tls = tokio::time::timeout(timeout, connector.connect(name.clone(), stream))
+                    .await
+                    .map_err(|_| anyhow!("TLS handshake timed out"))?
+                    .context("TLS handshake failed")?;
+                send(TokioIo::new(tls), req).await?
+            }
+        };
+        let status = resp.status();
+        let body = resp.into_body().collect().await?.to_bytes();
+        if status == hyper::StatusCode::UNAUTHORIZED {
+            bail!(
+                "{path}: HTTP {status}: {}",
+                if self.authorization.is_some() { "wrong user or password" } else { "give --user" }
+            );
+        }
+        if !status.is_success() {
+            bail!("{path}: HTTP {status}: {}", String::from_utf8_lossy(&body).trim());
+        }
+        Ok(body)
     }
-    Ok(body)
 }
 
-pub fn run(url: &str, json: bool) -> Result<()> {
-    let base = parse_url(url)?;
+async fn send<I>(
+    io: I,
+    req: hyper::Request<Empty<Bytes>>,
+) -> anyhow::Result<hyper::Response<hyper::body::Incoming>>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await?;
+    tokio::spawn(conn);
+    tokio::time::timeout(std::time::Duration::from_secs(30), sender.send_request(req))
+        .await
+        .map_err(|_| anyhow!("no answer within 30 s"))?
+        .map_err(Into::into)
+}
+
+pub fn run(url: &str, options: &ClientOptions, json: bool) -> Result<()> {
+    let endpoint = Endpoint::new(url, options)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("async runtime")?;
-    let body = rt.block_on(get(&base, "/findings")).with_context(|| {
+    let body = rt.block_on(endpoint.get("/findings")).with_context(|| {
         format!("cannot get findings from sonic-probe at {url} (is `sonic-probe run` running?)")
     })?;
     if json {
@@ -130,7 +300,13 @@ pub fn render_table(findings: &[Finding]) -> String {
         .map(|f| {
             // 2026-11-29T21:59:02.466Z -> 21:59:02
             let time = f.last_seen.get(11..19).unwrap_or(&f.last_seen).to_string();
-            [f.detail.kind().to_string(), f.pid.to_string(), f.comm.clone(), time, describe(&f.detail)]
+            let mut what = describe(&f.detail);
+            if f.processes > 1 {
+                let pids: Vec<String> = f.pids.iter().map(u32::to_string).collect();
+                let more = if (f.pids.len() as u64) < f.processes { ", ..." } else { "" };
+                what.push_str(&format!(" (in {} processes, pids {}{more})", f.processes, pids.join(", ")));
+            }
+            [f.detail.kind().to_string(), f.pid.to_string(), f.comm.clone(), time, what]
         })
         .collect();
     let head = ["KIND", "PID", "COMM", "LAST SEEN", "WHAT"];
@@ -171,6 +347,8 @@ mod tests {
             detail,
             pid: 4083,
             comm: "python3".into(),
+            processes: 1,
+            pids: vec![4083],
             first_seen: "2026-11-29T21:59:01.820Z".into(),
             last_seen: "2026-11-29T21:59:02.466Z".into(),
         }
@@ -180,7 +358,8 @@ mod tests {
     fn urls() {
         assert!(parse_url("http://127.0.0.1:9580").is_ok());
         assert!(parse_url("http://node7:9580/").is_ok());
-        for bad in ["127.0.0.1:9580", "https://x:1", "ftp://x", "not a url"] {
+        assert!(parse_url("https://node7:9580").is_ok());
+        for bad in ["127.0.0.1:9580", "ftp://x", "not a url"] {
             assert!(matches!(parse_url(bad), Err(Error::Usage(_))), "{bad}");
         }
     }
@@ -224,6 +403,20 @@ mod tests {
             "{t}"
         );
         assert!(lines[3].contains("1 GiB anonymous mapped and unmapped 5 times"), "{t}");
+        let mut many = finding(Detail::SyscallErrors {
+            syscall: "openat".into(),
+            errno: "ENOENT".into(),
+            count: 14,
+            paths: vec!["/etc/tool.conf".into()],
+            length: None,
+        });
+        (many.processes, many.pids) = (7, vec![900, 899, 850, 812, 800]);
+        assert!(
+            render_table(&[many]).contains(
+                "openat failed 14 times with ENOENT: /etc/tool.conf (in 7 processes, pids 900, 899, 850, 812, 800, ...)"
+            ),
+            "{t}"
+        );
         assert!(lines[1].contains(" 21:59:02 "), "{t}");
         assert_eq!(render_table(&[]), "no findings\n");
     }

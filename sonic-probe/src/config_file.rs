@@ -2,124 +2,29 @@
 //! `sonic-probe run` flag is a key of the same name (`--slow-threshold` is
 //! `slow_threshold`, a repeatable flag is a list), plus `log_level`. Values
 //! are spelled as on the command line ("100ms", "16MiB", "0.0.0.0:9580").
+//! The keys and how each value is read are the options' (`options.rs`);
+//! this module reads the file and says where it is wrong.
 //!
 //! An unknown key or a bad value is an error that names the key and its
 //! line, in one line, so that `sonic-probe check-config` and a failed
 //! service start say exactly what to fix.
 
-use std::{net::SocketAddr, path::Path, time::Duration};
-
-use serde::{de::Error as _, Deserialize, Deserializer};
+use std::path::Path;
 
 use crate::{
-    config::{parse_duration, parse_listen, parse_size},
     error::{Error, Result},
+    options::RunArgs,
 };
 
-/// What a config file may say. Field names are the keys.
-#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileOptions {
-    #[serde(default)]
-    pub pid: Vec<i64>,
-    #[serde(default)]
-    pub comm: Vec<String>,
-    #[serde(default)]
-    pub cgroup: Vec<String>,
-    #[serde(default, deserialize_with = "listen")]
-    pub listen: Option<SocketAddr>,
-    #[serde(default, deserialize_with = "duration")]
-    pub slow_threshold: Option<Duration>,
-    #[serde(default, deserialize_with = "size")]
-    pub large_map_threshold: Option<u64>,
-    #[serde(default, deserialize_with = "size")]
-    pub small_read_threshold: Option<u64>,
-    pub max_comms: Option<usize>,
-    #[serde(default, deserialize_with = "size")]
-    pub ringbuf_size: Option<u64>,
-    #[serde(default, deserialize_with = "duration")]
-    pub stall_threshold: Option<Duration>,
-    #[serde(default)]
-    pub stall_thread: Vec<String>,
-    #[serde(default)]
-    pub stall_ignore_thread: Vec<String>,
-    pub repeated_open_count: Option<u64>,
-    #[serde(default, deserialize_with = "duration")]
-    pub repeated_open_window: Option<Duration>,
-    pub small_read_min_count: Option<u64>,
-    #[serde(default, deserialize_with = "duration")]
-    pub churn_window: Option<Duration>,
-    pub churn_cycles: Option<u64>,
-    #[serde(default)]
-    pub ignore_path: Vec<String>,
-    #[serde(default, deserialize_with = "duration")]
-    pub findings_window: Option<Duration>,
-    pub max_findings: Option<usize>,
-    pub bpf_stats: Option<bool>,
-    pub btf: Option<std::path::PathBuf>,
-    pub log_level: Option<String>,
-}
-
-/// Every key (kept equal to the `run` flags plus log_level by a test).
-pub const KEYS: &[&str] = &[
-    "pid",
-    "comm",
-    "cgroup",
-    "listen",
-    "slow_threshold",
-    "large_map_threshold",
-    "small_read_threshold",
-    "max_comms",
-    "ringbuf_size",
-    "stall_threshold",
-    "stall_thread",
-    "stall_ignore_thread",
-    "repeated_open_count",
-    "repeated_open_window",
-    "small_read_min_count",
-    "churn_window",
-    "churn_cycles",
-    "ignore_path",
-    "findings_window",
-    "max_findings",
-    "bpf_stats",
-    "btf",
-    "log_level",
-];
-
-fn duration<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Duration>, D::Error> {
-    let s = String::deserialize(d)?;
-    parse_duration(&s).map(Some).map_err(D::Error::custom)
-}
-
-fn listen<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<SocketAddr>, D::Error> {
-    let s = String::deserialize(d)?;
-    parse_listen(&s).map(Some).map_err(D::Error::custom)
-}
-
-/// A size as a number of bytes or a string ("16MiB").
-fn size<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<u64>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Size {
-        Bytes(u64),
-        Text(String),
-    }
-    match Size::deserialize(d)? {
-        Size::Bytes(b) => Ok(Some(b)),
-        Size::Text(s) => parse_size(&s).map(Some).map_err(D::Error::custom),
-    }
-}
-
 /// Reads and checks a config file.
-pub fn load(path: &Path) -> Result<FileOptions> {
+pub fn load(path: &Path) -> Result<RunArgs> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Error::usage(format!("config {}: cannot read it: {e}", path.display())))?;
     parse(&text, path)
 }
 
 /// Parses config text; errors name the file, the line and the key.
-pub fn parse(text: &str, path: &Path) -> Result<FileOptions> {
+pub fn parse(text: &str, path: &Path) -> Result<RunArgs> {
     toml::from_str(text).map_err(|e| {
         let msg = e.message().trim().replace('\n', " ");
         let Some(span) = e.span() else {
@@ -140,6 +45,8 @@ pub fn parse(text: &str, path: &Path) -> Result<FileOptions> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use clap::CommandFactory;
 
@@ -162,9 +69,20 @@ mod tests {
             .collect();
         flags.push("log_level".into());
         flags.sort();
-        let mut keys: Vec<String> = KEYS.iter().map(|k| k.to_string()).collect();
+        let mut keys: Vec<String> = crate::options::keys().iter().map(|k| k.to_string()).collect();
         keys.sort();
         assert_eq!(flags, keys);
+    }
+
+    #[test]
+    fn the_shipped_config_file_shows_every_key() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/config.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        assert!(parse(&text, Path::new(path)).is_ok());
+        for k in crate::options::keys() {
+            let shown = text.lines().any(|l| l.trim_start_matches(['#', ' ']).starts_with(&format!("{k} =")));
+            assert!(shown, "deploy/config.toml does not show the key {k}");
+        }
     }
 
     #[test]
@@ -177,6 +95,7 @@ mod tests {
             slow_threshold = "250ms"
             large_map_threshold = "32MiB"
             small_read_threshold = 2048
+            syscalls = "default,write"
             max_comms = 100
             ringbuf_size = "8MiB"
             stall_threshold = "2s"
@@ -190,20 +109,28 @@ mod tests {
             ignore_path = ["/tmp/*"]
             findings_window = "1h"
             max_findings = 50
+            findings_verbose = true
             bpf_stats = true
             btf = "/boot/vmlinux.btf"
             log_level = "debug"
+            web_config = "/etc/sonic-probe/web-config.yml"
+            findings_paths = "name"
         "#;
         let o = parse(text, Path::new("x.toml")).unwrap();
         assert_eq!(o.pid, vec![1, 2]);
         assert_eq!(o.slow_threshold, Some(Duration::from_millis(250)));
         assert_eq!(o.large_map_threshold, Some(32 << 20));
         assert_eq!(o.small_read_threshold, Some(2048));
+        assert_eq!(
+            o.syscalls,
+            Some(sonic_probe_common::syscalls::default_mask() | 1 << sonic_probe_common::syscalls::WRITE)
+        );
         assert_eq!(o.listen.unwrap().port(), 9580);
         assert_eq!(o.findings_window, Some(Duration::from_secs(3600)));
-        assert_eq!(o.bpf_stats, Some(true));
-        // A key of KEYS missing from the struct would be "unknown".
-        for k in KEYS {
+        assert!(o.bpf_stats);
+        assert_eq!(o.findings_paths, Some(crate::findings::PathDisplay::Name));
+        // Every key is exercised above.
+        for k in crate::options::keys() {
             assert!(text.contains(&format!("{k} =")), "{k} not exercised");
         }
     }

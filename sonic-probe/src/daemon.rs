@@ -15,7 +15,7 @@ use std::{
 use anyhow::{anyhow, Context};
 use prometheus::{process_collector::ProcessCollector, Registry};
 use sonic_probe_common::{
-    syscalls::{mask_of, FUTEX, SYSCALLS},
+    syscalls::{mask_of, SYSCALLS},
     ProbeConfig, EMIT_ERROR, EMIT_LARGE_MAP, EMIT_SLOW,
 };
 use sonic_probe_ebpf::ProgramGroup;
@@ -27,7 +27,6 @@ use tokio::{
 use tracing::{debug, info, warn};
 
 use crate::{
-    cli::RunArgs,
     config::RunConfig,
     error::Result,
     events::{self, reader::ReaderStats, Event, ProcessKind},
@@ -35,7 +34,9 @@ use crate::{
     http::{self, HttpState},
     labels::CommLabels,
     metrics::{FindingsCollector, ProbeCollector},
+    options::RunArgs,
     probe::{Probe, TargetMaps},
+    signals::ShutdownSignals,
     stats::StatsStore,
 };
 
@@ -44,9 +45,8 @@ const EVENT_QUEUE: usize = 65_536;
 
 pub fn run(args: RunArgs, log_level: Option<String>) -> Result<()> {
     let config = RunConfig::load(&args, log_level.as_deref())?;
-    crate::cli::init_logging(&config.log_level)?;
+    crate::logging::init_logging(&config.log_level)?;
     crate::privileges::check()?;
-    raise_memlock_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("sonic-probe")
@@ -67,22 +67,45 @@ fn status(text: &str) {
     notify(&[sd_notify::NotifyState::Status(text)]);
 }
 
-/// After attach nothing needs a capability any more: map reads and
-/// updates go through the file descriptors we hold, /proc is readable.
-/// Dropping them all means a bug in the HTTP server or the event decoder
-/// can't be turned into BPF access.
-fn drop_capabilities() {
-    use caps::CapSet;
+/// After attach nothing needs a capability any more on most kernels: map
+/// reads and updates go through the file descriptors we hold, /proc is
+/// readable. Dropping them all means a bug in the HTTP server or the event
+/// decoder can't be turned into BPF access. Some kernels (Debian 11's 5.10
+/// with kernel.unprivileged_bpf_disabled set) check CAP_BPF on every bpf()
+/// call, even on our own maps: asked with the effective set cleared for a
+/// moment, such a kernel refuses to read a map, and CAP_BPF alone is kept
+/// (or SIGHUP reloads and scrapes would fail).
+fn drop_capabilities(probe: &Probe) {
+    use caps::{CapSet, Capability};
+    let keep_bpf = match caps::read(None, CapSet::Permitted) {
+        Ok(permitted) => {
+            let _ = caps::clear(None, CapSet::Effective);
+            let readable = probe.maps_readable();
+            let _ = caps::set(None, CapSet::Effective, &permitted);
+            !readable && permitted.contains(&Capability::CAP_BPF)
+        }
+        Err(_) => false,
+    };
     // The bounding set needs CAP_SETPCAP, which the service does not have;
-    // an empty permitted set with no_new_privs is what matters.
+    // empty permitted sets with no_new_privs are what matters.
     let _ = caps::clear(None, CapSet::Bounding);
-    for set in [CapSet::Ambient, CapSet::Inheritable, CapSet::Effective, CapSet::Permitted] {
-        if let Err(e) = caps::clear(None, set) {
-            warn!("cannot drop the {set:?} capabilities: {e}");
+    let keep = if keep_bpf { 1u64 << Capability::CAP_BPF.index() } else { 0 };
+    // In every thread: the runtime's workers exist already.
+    match crate::capabilities::drop_in_every_thread(keep) {
+        Ok(n) => debug!("capabilities dropped in all {n} threads"),
+        Err(e) => {
+            warn!("cannot drop the capabilities: {e}");
             return;
         }
     }
-    info!("dropped all capabilities");
+    if keep_bpf {
+        info!(
+            "dropped every capability but CAP_BPF: this kernel checks it on every bpf() call, also on \
+             maps already open"
+        );
+    } else {
+        info!("dropped all capabilities");
+    }
 }
 
 /// `sonic-probe check-config`: the file checked as `run --config FILE`
@@ -91,15 +114,16 @@ pub fn check_config(args: &crate::cli::CheckConfigArgs) -> Result<()> {
     let cli = RunArgs { config: Some(args.config.clone()), ..RunArgs::default() };
     let config = RunConfig::load(&cli, None)?;
     println!(
-        "config {}: OK: watching {}, listening on {}",
+        "config {}: OK: watching {}, listening on {} ({})",
         args.config.display(),
         config.targets.describe(),
-        config.listen
+        config.listen,
+        config.web.describe(),
     );
     if args.attach {
         crate::privileges::check()?;
-        raise_memlock_limit();
         let mut probe = Probe::load(config.ringbuf_bytes, config.btf.as_deref())?;
+        println!("{}", probe.describe_kernel());
         probe.set_config(&probe_config(&config))?;
         probe.take_targets()?.apply(&config.targets)?;
         probe.attach(ProgramGroup::Lifecycle)?;
@@ -116,18 +140,16 @@ pub fn probe_config(config: &RunConfig) -> ProbeConfig {
     ProbeConfig {
         filter_flags: config.targets.filter_flags(),
         cgroup_levels: config.targets.cgroup_levels(),
-        self_tgid: std::process::id(),
-        trace_mask: 0,
-        // Failed futex calls (EAGAIN, ETIMEDOUT, EINTR) are ordinary control
-        // flow and frequent: counted, not sent one by one.
-        error_event_mask: mask_of(SYSCALLS.iter().map(|s| s.index).filter(|&i| i != FUTEX)),
+        // Failed calls of the rows that say so (not futex: EAGAIN, ETIMEDOUT
+        // and EINTR are its control flow, counted, not sent one by one).
+        error_event_mask: mask_of(SYSCALLS.iter().filter(|s| s.error_events).map(|s| s.index)),
         path_events: 1,
         slow_call_ns: u64::try_from(config.kernel_slow_threshold().as_nanos()).unwrap_or(u64::MAX),
         large_size: config.large_map_bytes,
         small_size: config.small_read_bytes,
         wakeup_bytes: u64::from(config.ringbuf_bytes / 4),
-        nr_cpus: aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1),
-        _pad2: 0,
+        syscall_mask: config.syscalls,
+        ..crate::probe::base_config()
     }
 }
 
@@ -143,10 +165,13 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     let addr = listener.local_addr().context("listening socket has no address")?;
     let registry = Registry::new();
     let http_state = Arc::new(HttpState::new(registry.clone()));
+    http_state.set_web_config(config.web.clone());
+    http_state.set_path_display(config.findings_paths);
     let server = tokio::spawn(http::serve(listener, http_state.clone()));
 
     status("loading the BPF programs");
     let mut probe = Probe::load(config.ringbuf_bytes, config.btf.as_deref())?;
+    info!("{}", probe.describe_kernel());
     probe.set_config(&probe_config(&config))?;
     probe.set_file_classes(sonic_probe_common::DEFAULT_FILE_CLASSES)?;
     let mut targets = probe.take_targets()?;
@@ -162,7 +187,7 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     probe.attach(ProgramGroup::Lifecycle)?;
     let comm_matches = targets.scan_comms(&config.targets.comms)?;
     probe.attach(ProgramGroup::Syscalls)?;
-    drop_capabilities();
+    drop_capabilities(&probe);
 
     let reader_stats = Arc::new(ReaderStats::default());
     let (tx, rx) = mpsc::channel(EVENT_QUEUE);
@@ -204,9 +229,11 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     };
     info!(
         "ready in {} ms: attached {n_attached} BPF programs ({attached}); watching {}{comm_note}; \
-         serving http://{addr}/metrics",
+         serving {}://{addr}/metrics ({})",
         started.elapsed().as_millis(),
         config.targets.describe(),
+        if config.web.tls().is_some() { "https" } else { "http" },
+        config.web.describe(),
     );
 
     let ready = format!("watching {}", config.targets.describe());
@@ -219,6 +246,7 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
         probe: probe.clone(),
         targets: targets.clone(),
         findings: findings.clone(),
+        http: http_state.clone(),
     };
     let why = loop {
         tokio::select! {
@@ -228,7 +256,7 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
                 let outcome = reloader.reload();
                 let text = match &outcome {
                     Ok(()) => format!("reloaded; watching {}", reloader.current.targets.describe()),
-                    Err(e) => format!("reload failed, running on: {}", crate::cli::one_line(e)),
+                    Err(e) => format!("reload failed, running on: {}", crate::logging::one_line(e)),
                 };
                 match outcome {
                     Ok(()) => info!("SIGHUP: {text}"),
@@ -264,6 +292,7 @@ struct Reloader {
     probe: Arc<Mutex<Probe>>,
     targets: Arc<Mutex<TargetMaps>>,
     findings: FindingsService,
+    http: Arc<HttpState>,
 }
 
 impl Reloader {
@@ -285,6 +314,8 @@ impl Reloader {
         self.targets.lock().expect("targets lock").reload(&old.targets, &new.targets)?;
         self.probe.lock().expect("probe lock").set_config(&probe_config(&new))?;
         self.findings.reconfigure(&new.findings);
+        self.http.set_web_config(new.web.clone());
+        self.http.set_path_display(new.findings_paths);
         let kept = RunConfig {
             listen: old.listen,
             ringbuf_bytes: old.ringbuf_bytes,
@@ -296,29 +327,6 @@ impl Reloader {
         };
         self.current = kept;
         Ok(())
-    }
-}
-
-/// SIGINT and SIGTERM, handled from the moment this is made.
-pub(crate) struct ShutdownSignals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-}
-
-impl ShutdownSignals {
-    pub(crate) fn new() -> Result<Self> {
-        Ok(ShutdownSignals {
-            term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
-            int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
-        })
-    }
-
-    /// The next signal (cancel-safe: usable in a select loop).
-    pub(crate) async fn wait_ref(&mut self) -> &'static str {
-        tokio::select! {
-            _ = self.term.recv() => "SIGTERM",
-            _ = self.int.recv() => "SIGINT",
-        }
     }
 }
 
@@ -365,13 +373,5 @@ async fn consume(mut rx: mpsc::Receiver<Event>, pid_targets: Vec<u32>, findings:
             }
             _ => {}
         }
-    }
-}
-
-fn raise_memlock_limit() {
-    // Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK.
-    use nix::sys::resource::{setrlimit, Resource, RLIM_INFINITY};
-    if let Err(e) = setrlimit(Resource::RLIMIT_MEMLOCK, RLIM_INFINITY, RLIM_INFINITY) {
-        debug!("cannot raise RLIMIT_MEMLOCK: {e}");
     }
 }

@@ -31,10 +31,4 @@ impl Error {
     }
 }
 
-impl From<crate::probe::ProbeError> for Error {
-    fn from(e: crate::probe::ProbeError) -> Self {
-        Error::Runtime(e.into())
-    }
-}
-
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -46,12 +46,27 @@ pub fn op_name(op: u64) -> String {
     s
 }
 
+/// The commands as short label values: COMMANDS without `FUTEX_`, lower case.
+const LABELS: &[&str] = &[
+    "wait",
+    "wake",
+    "fd",
+    "requeue",
+    "cmp_requeue",
+    "wake_op",
+    "lock_pi",
+    "unlock_pi",
+    "trylock_pi",
+    "wait_bitset",
+    "wake_bitset",
+    "wait_requeue_pi",
+    "cmp_requeue_pi",
+    "lock_pi2",
+];
+
 /// The command as a short label value (`wait`, `wake`, `lock_pi`...).
-pub fn command_label(cmd: u64) -> String {
-    match COMMANDS.get(cmd as usize) {
-        Some(name) => name.trim_start_matches("FUTEX_").to_ascii_lowercase(),
-        None => "unknown".into(),
-    }
+pub fn command_label(cmd: u64) -> &'static str {
+    LABELS.get(cmd as usize).copied().unwrap_or("unknown")
 }
 
 pub fn is_wait(op: u64) -> bool {
@@ -83,5 +98,9 @@ mod tests {
         assert_eq!(command_label(9), "wait_bitset");
         assert_eq!(command_label(6), "lock_pi");
         assert_eq!(command_label(77), "unknown");
+        for (label, name) in LABELS.iter().zip(COMMANDS) {
+            assert_eq!(*label, name.trim_start_matches("FUTEX_").to_ascii_lowercase());
+        }
+        assert_eq!(LABELS.len(), COMMANDS.len());
     }
 }

@@ -8,11 +8,13 @@
 //! metric families, [`http`] serves them. Calls that need per-event handling
 //! arrive through [`events`].
 
+pub mod capabilities;
 pub mod cli;
 pub mod client;
 pub mod config;
 pub mod config_file;
 pub mod daemon;
+pub mod dispatch;
 pub mod errno;
 pub mod error;
 pub mod events;
@@ -20,10 +22,15 @@ pub mod findings;
 pub mod futex;
 pub mod http;
 pub mod labels;
+pub mod logging;
 pub mod metrics;
+pub mod options;
 pub mod privileges;
 pub mod probe;
 pub mod procfs;
+pub mod signals;
 pub mod stats;
 pub mod targets;
 pub mod trace;
+pub mod units;
+pub mod web_config;

@@ -1,3 +1,3 @@
 fn main() -> std::process::ExitCode {
-    sonic_probe::cli::main()
+    sonic_probe::dispatch::main()
 }

@@ -4,7 +4,7 @@
 //!
 //! Like Cloudflare's ebpf_exporter, nothing is copied into a registry ahead
 //! of time: the collectors read the maps when Prometheus asks, so the
-//! numbers are exactly the kernel's at that moment. [`METRICS`] is the
+//! numbers are exactly the kernel's at that moment. [`metric_defs`] is the
 //! contract (names, types, labels, help); docs/metrics.md documents every
 //! entry and a test keeps the two in step.
 
@@ -18,10 +18,11 @@ use prometheus::{
     proto::{Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType},
 };
 use sonic_probe_common::{
-    file_class_name, latency_bucket_upper_ns, size_bucket_upper, syscalls, syscalls::SYSCALLS, SharedStruct,
-    SyscallStats, COUNTER_DROP_ERRORS, COUNTER_DROP_OPEN_FILES, COUNTER_DROP_RINGBUF, COUNTER_DROP_STATS,
-    COUNTER_DROP_TARGET, COUNTER_DROP_THREAD_STATE, COUNTER_ERRORS_OVERFLOW, COUNTER_EVENTS_SENT,
-    COUNTER_STATS_OVERFLOW,
+    device_class_name, file_class_name, latency_bucket_upper_ns, size_bucket_upper,
+    syscalls::{Family, Syscall, SyscallId, Variant, SYSCALLS},
+    SharedStruct, SyscallStats, COUNTER_DROP_ERRORS, COUNTER_DROP_OPEN_FILES, COUNTER_DROP_RINGBUF,
+    COUNTER_DROP_STATS, COUNTER_DROP_TARGET, COUNTER_DROP_THREAD_STATE, COUNTER_ERRORS_OVERFLOW,
+    COUNTER_EVENTS_SENT, COUNTER_STATS_OVERFLOW,
 };
 
 use crate::{
@@ -38,94 +39,165 @@ use crate::{
 pub struct MetricDef {
     pub name: &'static str,
     pub kind: MetricType,
-    pub labels: &'static [&'static str],
+    pub labels: Vec<&'static str>,
     pub help: &'static str,
-}
-
-const fn def(
-    name: &'static str,
-    kind: MetricType,
-    labels: &'static [&'static str],
-    help: &'static str,
-) -> MetricDef {
-    MetricDef { name, kind, labels, help }
 }
 
 use MetricType::{COUNTER, GAUGE, HISTOGRAM};
 
 pub const SYSCALL_DURATION: &str = "sonic_probe_syscall_duration_seconds";
 pub const SYSCALL_ERRORS: &str = "sonic_probe_syscall_errors_total";
-pub const FUTEX_WAIT_DURATION: &str = "sonic_probe_futex_wait_duration_seconds";
-pub const READ_SIZE: &str = "sonic_probe_read_size_bytes";
-pub const SMALL_READS: &str = "sonic_probe_small_reads_total";
-pub const MMAP_SIZE: &str = "sonic_probe_mmap_size_bytes";
-pub const FILE_OPENS: &str = "sonic_probe_file_opens_total";
 
-/// Every metric family sonic-probe exports (besides the process_* ones of
-/// the prometheus crate). Bytes counters come from the syscall table.
+/// What a family named in the syscall table exports of a call's statistics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Use {
+    /// `bytes`, a counter by comm.
+    Bytes,
+    /// The size histogram.
+    Size,
+    /// `small`, a counter.
+    Small,
+    /// Calls that did not fail, a counter.
+    Succeeded,
+    /// The latency histogram.
+    Duration,
+}
+
+impl Use {
+    fn kind(self) -> MetricType {
+        match self {
+            Use::Size | Use::Duration => HISTOGRAM,
+            Use::Bytes | Use::Small | Use::Succeeded => COUNTER,
+        }
+    }
+}
+
+/// The families a row names, with what each exports.
+fn row_families(s: &Syscall) -> impl Iterator<Item = (Use, Family)> {
+    let f = s.families;
+    [
+        (Use::Bytes, f.bytes),
+        (Use::Size, f.size),
+        (Use::Small, f.small),
+        (Use::Succeeded, f.succeeded),
+        (Use::Duration, f.duration),
+    ]
+    .into_iter()
+    .filter_map(|(u, f)| f.map(|f| (u, f)))
+}
+
+/// Whether a family of this use is labelled by the row's variant too.
+fn by_variant(u: Use, s: &Syscall) -> Option<&'static str> {
+    (u != Use::Bytes).then(|| s.variant.label()).flatten()
+}
+
+/// The value of a row's variant label for the kernel's variant `v`; None:
+/// the call has no value (a futex wake in a family of waits) and is left out.
+fn variant_value(s: &Syscall, v: u16) -> Option<&'static str> {
+    match s.variant {
+        Variant::None => None,
+        Variant::FutexCommand => futex::is_wait(u64::from(v)).then(|| futex::command_label(u64::from(v))),
+        Variant::Fixed { value, .. } => Some(value),
+        Variant::FileClass => Some(file_class_name(v)),
+        Variant::DeviceClass => Some(device_class_name(v)),
+    }
+}
+
+/// Families that are not named in the syscall table.
 #[rustfmt::skip]
-pub const METRICS: &[MetricDef] = &[
-    def(SYSCALL_DURATION, HISTOGRAM, &["syscall", "comm"],
-        "Duration of traced system calls, from entry to exit. _count is the exact number of calls."),
-    def(SYSCALL_ERRORS, COUNTER, &["syscall", "comm", "errno"],
-        "Traced system calls that returned an error, by errno name."),
-    def("sonic_probe_read_bytes_total", COUNTER, &["comm"],
-        "Bytes returned by successful read calls."),
-    def("sonic_probe_mmap_bytes_total", COUNTER, &["comm"],
-        "Bytes mapped by successful mmap calls (the length argument)."),
-    def("sonic_probe_munmap_bytes_total", COUNTER, &["comm"],
-        "Bytes unmapped by successful munmap calls (the length argument)."),
-    def(FUTEX_WAIT_DURATION, HISTOGRAM, &["comm", "op"],
-        "Duration of futex waits by operation (wait, wait_bitset, lock_pi, lock_pi2, wait_requeue_pi, waitv)."),
-    def(READ_SIZE, HISTOGRAM, &["comm", "file_class"],
-        "Bytes asked for by read calls, by the class of what was read."),
-    def(SMALL_READS, COUNTER, &["comm", "file_class"],
-        "Read calls asking for fewer bytes than --small-read-threshold."),
-    def(MMAP_SIZE, HISTOGRAM, &["comm"],
-        "Length of mmap calls."),
-    def(FILE_OPENS, COUNTER, &["comm", "file_class"],
-        "Successful openat calls by the class of the file opened."),
-    def("sonic_probe_futex_stalls_total", COUNTER, &["comm", "thread"],
+const FIXED: &[(&str, MetricType, &[&str], &str)] = &[
+    ("sonic_probe_futex_stalls_total", COUNTER, &["comm", "thread"],
         "Futex waits of request threads that lasted at least --stall-threshold (the futex_stall rule)."),
-    def("sonic_probe_futex_stall_max_seconds", GAUGE, &["comm"],
+    ("sonic_probe_futex_stall_max_seconds", GAUGE, &["comm"],
         "Longest futex stall among the current findings (within --findings-window)."),
-    def("sonic_probe_repeated_opens_total", COUNTER, &["comm", "file_class"],
+    ("sonic_probe_repeated_opens_total", COUNTER, &["comm", "file_class"],
         "Opens of paths that are being reopened repeatedly (the repeated_open rule)."),
-    def("sonic_probe_mmap_churn_total", COUNTER, &["comm"],
+    ("sonic_probe_mmap_churn_total", COUNTER, &["comm"],
         "Large map/unmap cycles counted in mmap_churn findings."),
-    def("sonic_probe_findings", GAUGE, &["kind"],
+    ("sonic_probe_recurring_errors_total", COUNTER, &["comm", "syscall", "errno"],
+        "Failed calls counted in syscall_errors findings: failures that recur within their process."),
+    ("sonic_probe_findings", GAUGE, &["kind"],
         "Current findings (GET /findings) by kind."),
-    def("sonic_probe_events_produced_total", COUNTER, &[],
+    ("sonic_probe_findings_evictions_total", COUNTER, &["kind", "state"],
+        "Detector state evicted to bound memory: state=\"working\" (not yet a finding, evicted with a fair \
+         share per process), state=\"finding\" (a finding dropped beyond --max-findings)."),
+    ("sonic_probe_events_produced_total", COUNTER, &[],
         "Events the BPF programs tried to send to the daemon."),
-    def("sonic_probe_events_total", COUNTER, &["kind"],
+    ("sonic_probe_events_total", COUNTER, &["kind"],
         "Events the daemon received from the ring buffer, by kind."),
-    def("sonic_probe_events_dropped_total", COUNTER, &["stage"],
+    ("sonic_probe_events_dropped_total", COUNTER, &["stage"],
         "Events or calls lost, by stage: ringbuf (ring buffer full), thread_state (no \
          per-thread state, call not measured), stats_map / errors_map (aggregation map full, \
          no overflow entry), target_map (forked child not followed), open_files (descriptor \
          not tracked), user_queue (daemon queue full)."),
-    def("sonic_probe_event_decode_errors_total", COUNTER, &[],
+    ("sonic_probe_event_decode_errors_total", COUNTER, &[],
         "Ring buffer records the daemon could not decode."),
-    def("sonic_probe_aggregation_overflow_total", COUNTER, &["map"],
+    ("sonic_probe_aggregation_overflow_total", COUNTER, &["map"],
         "Calls or errors counted in the comm=\"other\" overflow entry because the kernel map was full."),
-    def("sonic_probe_build_info", GAUGE, &["version", "kernel"],
+    ("sonic_probe_build_info", GAUGE, &["version", "kernel"],
         "Always 1; labels tell the sonic-probe version and the running kernel."),
-    def("sonic_probe_bpf_programs_attached", GAUGE, &[],
+    ("sonic_probe_bpf_programs_attached", GAUGE, &[],
         "BPF programs currently attached."),
-    def("sonic_probe_bpf_program_run_seconds_total", COUNTER, &["program"],
+    ("sonic_probe_kernel_feature", GAUGE, &["feature"],
+        "1 if the running kernel accepted the BPF feature's probe program, else 0 (btf_tracepoint, ringbuf, \
+         task_btf, ancestor_cgroup_id, task_storage, bpf_loop, percpu_lookup)."),
+    ("sonic_probe_bpf_variant", GAUGE, &["piece", "variant"],
+        "Always 1: the variant of each kernel-dependent piece of the BPF programs in use (task_access: \
+         btf_pointer or core_read; entry_state: task_storage or thread_map; futex_waker: percpu_rings or wake_map)."),
+    ("sonic_probe_bpf_program_run_seconds_total", COUNTER, &["program"],
         "Time the kernel spent running each BPF program (only with --bpf-stats or kernel.bpf_stats_enabled=1)."),
-    def("sonic_probe_bpf_program_runs_total", COUNTER, &["program"],
+    ("sonic_probe_bpf_program_runs_total", COUNTER, &["program"],
         "Times each BPF program ran (only with --bpf-stats or kernel.bpf_stats_enabled=1)."),
-    def("sonic_probe_target_processes", GAUGE, &[],
+    ("sonic_probe_target_processes", GAUGE, &[],
         "Processes in the kernel's target set (0 when watching the whole host)."),
-    def("sonic_probe_kernel_map_entries", GAUGE, &["map"],
+    ("sonic_probe_kernel_map_entries", GAUGE, &["map"],
         "Entries in the kernel maps that grow with the watched processes."),
-    def("sonic_probe_comm_labels", GAUGE, &[],
+    ("sonic_probe_comm_labels", GAUGE, &[],
         "Distinct process names exported with their own comm label (see --max-comms)."),
 ];
 
+/// Every metric family sonic-probe exports (besides the process_* ones of
+/// the prometheus crate): the two every syscall has, those the rows of the
+/// syscall table name, and the fixed ones.
+pub fn metric_defs() -> &'static [MetricDef] {
+    static DEFS: std::sync::OnceLock<Vec<MetricDef>> = std::sync::OnceLock::new();
+    DEFS.get_or_init(|| {
+        let mut defs = vec![
+            MetricDef {
+                name: SYSCALL_DURATION,
+                kind: HISTOGRAM,
+                labels: vec!["syscall", "comm"],
+                help: "Duration of traced system calls, from entry to exit. _count is the exact number of calls.",
+            },
+            MetricDef {
+                name: SYSCALL_ERRORS,
+                kind: COUNTER,
+                labels: vec!["syscall", "comm", "errno"],
+                help: "Traced system calls that returned an error, by errno name.",
+            },
+        ];
+        for s in &SYSCALLS {
+            for (u, f) in row_families(s) {
+                if defs.iter().any(|d| d.name == f.name) {
+                    continue;
+                }
+                let mut labels = vec!["comm"];
+                labels.extend(by_variant(u, s));
+                defs.push(MetricDef { name: f.name, kind: u.kind(), labels, help: f.help });
+            }
+        }
+        defs.extend(FIXED.iter().map(|&(name, kind, labels, help)| MetricDef {
+            name,
+            kind,
+            labels: labels.to_vec(),
+            help,
+        }));
+        defs
+    })
+}
+
 fn descs_of(names: impl Fn(&str) -> bool) -> Vec<Desc> {
-    METRICS
+    metric_defs()
         .iter()
         .filter(|m| names(m.name))
         .map(|m| {
@@ -145,11 +217,13 @@ const DETECTOR_METRICS: &[&str] = &[
     "sonic_probe_futex_stall_max_seconds",
     "sonic_probe_repeated_opens_total",
     "sonic_probe_mmap_churn_total",
+    "sonic_probe_recurring_errors_total",
     "sonic_probe_findings",
+    "sonic_probe_findings_evictions_total",
 ];
 
 fn family(name: &str, kind: MetricType, metrics: Vec<Metric>) -> MetricFamily {
-    let def = METRICS.iter().find(|m| m.name == name).expect("metric is in METRICS");
+    let def = metric_defs().iter().find(|m| m.name == name).expect("metric is in metric_defs");
     let mut mf = MetricFamily::default();
     mf.set_name(name.into());
     mf.set_help(def.help.into());
@@ -274,77 +348,61 @@ impl ProbeCollector {
         ProbeCollector { probe, store, targets, reader, labels, findings, whole_host, kernel, descs }
     }
 
-    /// The system-call families, from one snapshot of the aggregation maps.
+    /// The system-call families, from one snapshot of the aggregation maps:
+    /// the duration and error families of every call, and the families its
+    /// row of the syscall table names.
     fn syscall_families(&self, out: &mut Vec<MetricFamily>, snap: &crate::stats::Snapshot) {
-        type ByLabels<'a> = BTreeMap<(u16, &'a str), SyscallStats>;
-        let mut per_syscall: ByLabels = BTreeMap::new();
-        let mut futex_waits: BTreeMap<(&str, String), SyscallStats> = BTreeMap::new();
-        let mut classes: BTreeMap<(u16, &str, u16), SyscallStats> = BTreeMap::new();
+        let mut per_syscall: BTreeMap<(SyscallId, &str), SyscallStats> = BTreeMap::new();
+        // (family, comm, variant label value) -> what it adds up.
+        type Group<'a> = (&'static str, &'a str, Option<&'static str>);
+        let mut grouped: BTreeMap<Group, (Use, SyscallStats)> = BTreeMap::new();
         for ((k, comm), v) in &snap.calls {
             add_stats(per_syscall.entry((k.syscall, comm)).or_insert_with(SyscallStats::zeroed), v);
-            match k.syscall {
-                syscalls::FUTEX if futex::is_wait(u64::from(k.variant)) => {
-                    let op = futex::command_label(u64::from(k.variant));
-                    add_stats(futex_waits.entry((comm, op)).or_insert_with(SyscallStats::zeroed), v);
-                }
-                syscalls::FUTEX_WAITV => {
-                    add_stats(
-                        futex_waits.entry((comm, "waitv".into())).or_insert_with(SyscallStats::zeroed),
-                        v,
-                    );
-                }
-                syscalls::READ | syscalls::OPENAT => {
-                    add_stats(
-                        classes.entry((k.syscall, comm, k.variant)).or_insert_with(SyscallStats::zeroed),
-                        v,
-                    );
-                }
-                _ => {}
+            let row = k.syscall.row();
+            for (u, f) in row_families(row) {
+                let value = match by_variant(u, row) {
+                    None => None,
+                    Some(_) => match variant_value(row, k.variant) {
+                        Some(value) => Some(value),
+                        None => continue,
+                    },
+                };
+                let e = grouped.entry((f.name, comm, value)).or_insert_with(|| (u, SyscallStats::zeroed()));
+                add_stats(&mut e.1, v);
             }
         }
 
-        let mut durations = Vec::new();
-        let mut bytes: Vec<Vec<Metric>> = SYSCALLS.iter().map(|_| Vec::new()).collect();
-        let mut mmap_sizes = Vec::new();
-        for (&(sc, comm), s) in per_syscall.iter().filter(|(_, s)| call_count(s) > 0) {
-            let syscall = &SYSCALLS[usize::from(sc)];
-            durations.push(latency_histogram(&[("syscall", syscall.name), ("comm", comm)], s));
-            if syscall.bytes_metric.is_some() {
-                bytes[usize::from(sc)].push(counter(&[("comm", comm)], s.bytes as f64));
-            }
-            if sc == syscalls::MMAP {
-                mmap_sizes.push(size_histogram(&[("comm", comm)], s));
-            }
-        }
+        let durations = per_syscall
+            .iter()
+            .filter(|(_, s)| call_count(s) > 0)
+            .map(|((sc, comm), s)| latency_histogram(&[("syscall", sc.row().name), ("comm", comm)], s))
+            .collect();
         out.push(family(SYSCALL_DURATION, HISTOGRAM, durations));
-        for (syscall, metrics) in SYSCALLS.iter().zip(bytes) {
-            if let Some(name) = syscall.bytes_metric {
-                out.push(family(name, COUNTER, metrics));
+        let named: Vec<&MetricDef> = metric_defs()
+            .iter()
+            .filter(|d| SYSCALLS.iter().any(|s| row_families(s).any(|(_, f)| f.name == d.name)))
+            .collect();
+        for def in named {
+            let mut metrics = Vec::new();
+            for ((_, comm, value), (u, s)) in
+                grouped.range((def.name, "", None)..).take_while(|((n, _, _), _)| *n == def.name)
+            {
+                let values = std::iter::once(*comm).chain(*value);
+                let pairs: Vec<(&str, &str)> = def.labels.iter().copied().zip(values).collect();
+                let calls = call_count(s);
+                match u {
+                    Use::Bytes if calls > 0 => metrics.push(counter(&pairs, s.bytes as f64)),
+                    Use::Size if calls > 0 => metrics.push(size_histogram(&pairs, s)),
+                    Use::Small if calls > 0 => metrics.push(counter(&pairs, s.small as f64)),
+                    Use::Succeeded if calls > s.errors => {
+                        metrics.push(counter(&pairs, (calls - s.errors) as f64))
+                    }
+                    Use::Duration if calls > 0 => metrics.push(latency_histogram(&pairs, s)),
+                    _ => {}
+                }
             }
+            out.push(family(def.name, def.kind, metrics));
         }
-        out.push(family(MMAP_SIZE, HISTOGRAM, mmap_sizes));
-        out.push(family(
-            FUTEX_WAIT_DURATION,
-            HISTOGRAM,
-            futex_waits
-                .iter()
-                .filter(|(_, s)| call_count(s) > 0)
-                .map(|((comm, op), s)| latency_histogram(&[("comm", comm), ("op", op)], s))
-                .collect(),
-        ));
-        let (mut read_sizes, mut small, mut opens) = (Vec::new(), Vec::new(), Vec::new());
-        for (&(sc, comm, class), s) in classes.iter().filter(|(_, s)| call_count(s) > 0) {
-            let pairs = [("comm", comm), ("file_class", file_class_name(class))];
-            if sc == syscalls::READ {
-                read_sizes.push(size_histogram(&pairs, s));
-                small.push(counter(&pairs, s.small as f64));
-            } else if call_count(s) > s.errors {
-                opens.push(counter(&pairs, (call_count(s) - s.errors) as f64));
-            }
-        }
-        out.push(family(READ_SIZE, HISTOGRAM, read_sizes));
-        out.push(family(SMALL_READS, COUNTER, small));
-        out.push(family(FILE_OPENS, COUNTER, opens));
 
         let errors = snap
             .errors
@@ -352,10 +410,7 @@ impl ProbeCollector {
             .filter(|(_, &n)| n > 0)
             .map(|((sc, comm, e), &n)| {
                 let errno = if *e == 0 { "unknown".to_string() } else { errno::name(*e) };
-                counter(
-                    &[("syscall", SYSCALLS[usize::from(*sc)].name), ("comm", comm), ("errno", &errno)],
-                    n as f64,
-                )
+                counter(&[("syscall", sc.row().name), ("comm", comm), ("errno", &errno)], n as f64)
             })
             .collect();
         out.push(family(SYSCALL_ERRORS, COUNTER, errors));
@@ -413,12 +468,33 @@ impl Collector for ProbeCollector {
             vec![gauge(&[("version", env!("CARGO_PKG_VERSION")), ("kernel", &self.kernel)], 1.0)],
         ));
 
+        let thread_states;
         {
             let probe = self.probe.lock().expect("probe lock");
+            thread_states = probe.thread_state_entries();
             out.push(family(
                 "sonic_probe_bpf_programs_attached",
                 GAUGE,
                 vec![gauge(&[], probe.attached().len() as f64)],
+            ));
+            out.push(family(
+                "sonic_probe_kernel_feature",
+                GAUGE,
+                probe
+                    .features()
+                    .iter()
+                    .map(|(f, on)| gauge(&[("feature", f.name())], f64::from(u8::from(on))))
+                    .collect(),
+            ));
+            out.push(family(
+                "sonic_probe_bpf_variant",
+                GAUGE,
+                probe
+                    .variant()
+                    .pieces()
+                    .iter()
+                    .map(|(p, v)| gauge(&[("piece", p), ("variant", v)], 1.0))
+                    .collect(),
             ));
             if probe.run_time_stats_enabled() {
                 let stats = probe.program_stats();
@@ -444,7 +520,11 @@ impl Collector for ProbeCollector {
                 gauge(&[("map", "syscall_stats")], entries.0 as f64),
                 gauge(&[("map", "syscall_errors")], entries.1 as f64),
                 gauge(&[("map", "open_files")], self.findings.open_file_entries() as f64),
-            ],
+            ]
+            .into_iter()
+            // Only where per-thread state is a hash (entry_state=thread_map).
+            .chain(thread_states.map(|n| gauge(&[("map", "thread_states")], n as f64)))
+            .collect(),
         ));
         let assigned = self.labels.lock().expect("labels lock").assigned();
         out.push(family("sonic_probe_comm_labels", GAUGE, vec![gauge(&[], assigned as f64)]));
@@ -504,6 +584,19 @@ impl Collector for FindingsCollector {
         for (comm, n) in &m.mmap_churn {
             *churn.entry(labels.label(comm).to_string()).or_default() += n;
         }
+        let mut errors: BTreeMap<(String, String, String), u64> = BTreeMap::new();
+        for ((comm, syscall, errno), n) in &m.recurring_errors {
+            *errors.entry((labels.label(comm).to_string(), syscall.clone(), errno.clone())).or_default() += n;
+        }
+        // Every kind and state, 0 until something is evicted.
+        let evictions: Vec<Metric> = FINDING_KINDS
+            .iter()
+            .flat_map(|k| ["working", "finding"].map(|s| (*k, s)))
+            .map(|(k, s)| {
+                let n = m.evictions.get(&(k, s)).copied().unwrap_or(0);
+                counter(&[("kind", k), ("state", s)], n as f64)
+            })
+            .collect();
         vec![
             family(
                 "sonic_probe_futex_stalls_total",
@@ -529,6 +622,15 @@ impl Collector for FindingsCollector {
                 churn.iter().map(|(c, n)| counter(&[("comm", c)], *n as f64)).collect(),
             ),
             family(
+                "sonic_probe_recurring_errors_total",
+                COUNTER,
+                errors
+                    .iter()
+                    .map(|((c, s, e), n)| counter(&[("comm", c), ("syscall", s), ("errno", e)], *n as f64))
+                    .collect(),
+            ),
+            family("sonic_probe_findings_evictions_total", COUNTER, evictions),
+            family(
                 "sonic_probe_findings",
                 GAUGE,
                 FINDING_KINDS
@@ -551,10 +653,15 @@ mod tests {
     use sonic_probe_common::LATENCY_BUCKETS;
 
     #[test]
-    fn every_bytes_metric_is_defined() {
-        for s in SYSCALLS {
-            if let Some(name) = s.bytes_metric {
-                assert!(METRICS.iter().any(|m| m.name == name), "{name}");
+    fn every_family_of_the_table_is_defined_once_with_one_shape() {
+        for s in &SYSCALLS {
+            for (u, f) in row_families(s) {
+                let defs: Vec<&MetricDef> = metric_defs().iter().filter(|d| d.name == f.name).collect();
+                assert_eq!(defs.len(), 1, "{}", f.name);
+                let mut labels = vec!["comm"];
+                labels.extend(by_variant(u, s));
+                assert_eq!(defs[0].labels, labels, "{}: rows that share it label it alike", f.name);
+                assert_eq!(defs[0].kind, u.kind(), "{}: one use per family", f.name);
             }
         }
     }
@@ -562,12 +669,24 @@ mod tests {
     #[test]
     fn every_metric_is_documented() {
         let doc = include_str!("../../docs/metrics.md");
-        for m in METRICS {
+        for m in metric_defs() {
             assert!(doc.contains(&format!("`{}`", m.name)), "{} missing from docs/metrics.md", m.name);
-            for l in m.labels {
+            for l in &m.labels {
                 assert!(doc.contains(&format!("`{l}`")), "label {l} of {} undocumented", m.name);
             }
         }
+    }
+
+    #[test]
+    fn variant_labels_by_row() {
+        use sonic_probe_common::{syscalls, FILE_CLASS_GPU, FILE_CLASS_MODEL};
+        let row = |i: u16| syscalls::by_index(i).unwrap();
+        assert_eq!(variant_value(row(syscalls::FUTEX), 9), Some("wait_bitset"));
+        assert_eq!(variant_value(row(syscalls::FUTEX), 1), None, "a wake is no wait");
+        assert_eq!(variant_value(row(syscalls::FUTEX_WAITV), 0), Some("waitv"));
+        assert_eq!(variant_value(row(syscalls::PREAD64), FILE_CLASS_MODEL), Some("model"));
+        assert_eq!(variant_value(row(syscalls::IOCTL), FILE_CLASS_GPU), Some("gpu"));
+        assert_eq!(variant_value(row(syscalls::IOCTL), 0), Some("other"));
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The little we read from /proc and /sys: process names, thread groups,
-//! liveness, the cgroup2 mount, our own capabilities.
+//! liveness, the cgroup2 mount, our own capabilities, the GPU drivers' majors.
 //!
 //! Hand-written because each is a one-line parse; none is on a hot path.
 
@@ -20,6 +20,12 @@ fn parse_status_field(text: &str, field: &str) -> Option<String> {
         let (k, v) = l.split_once(':')?;
         (k == field).then(|| v.trim().to_string())
     })
+}
+
+/// The character-device majors of the GPU drivers loaded now (from
+/// /proc/devices), as probe_config.gpu_majors holds them; none if unreadable.
+pub fn gpu_majors() -> [u32; sonic_probe_common::MAX_GPU_MAJORS] {
+    sonic_probe_common::gpu_majors(&fs::read_to_string("/proc/devices").unwrap_or_default())
 }
 
 /// The process (thread group) a thread id belongs to.

@@ -7,6 +7,10 @@
 //! Counters only grow: an entry's value is the total since the daemon
 //! attached, so nothing here keeps state but the label assignment.
 //!
+//! Keys are checked once, here, as they are read: an entry whose syscall
+//! index is not a row of the table (a program built from another table) is
+//! left out and counted ([`Snapshot::unknown_keys`]), never a panic later.
+//!
 //! Keys are names, not processes, on purpose: a burst of short-lived
 //! processes would otherwise allocate an entry per process in the kernel,
 //! and those allocations fail under load (the calls would end up in the
@@ -21,15 +25,17 @@ use aya::{
     maps::{MapData, PerCpuHashMap},
     Pod,
 };
-use sonic_probe_common::{comm_str, ErrorKey, SharedStruct, StatsKey, SyscallStats, NR_COUNTERS};
+use sonic_probe_common::{
+    comm_str, syscalls::SyscallId, ErrorKey, SharedStruct, StatsKey, SyscallStats, NR_COUNTERS,
+};
 
 use crate::{labels::CommLabels, probe::Aggregates};
 
 /// Totals of one (syscall, variant, comm label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct CallKey {
-    pub syscall: u16,
-    /// futex: the command; read, openat: the FILE_CLASS_*; else 0.
+    pub syscall: SyscallId,
+    /// As the row's variant says: the futex command, a FILE_CLASS_*, or 0.
     pub variant: u16,
 }
 
@@ -39,7 +45,9 @@ pub struct Snapshot {
     /// (call, comm) -> statistics.
     pub calls: BTreeMap<(CallKey, Arc<str>), SyscallStats>,
     /// (syscall, comm, errno) -> failures.
-    pub errors: BTreeMap<(u16, Arc<str>, u16), u64>,
+    pub errors: BTreeMap<(SyscallId, Arc<str>, u16), u64>,
+    /// Map entries left out because their syscall index is no row of the table.
+    pub unknown_keys: u64,
 }
 
 impl Snapshot {
@@ -47,7 +55,7 @@ impl Snapshot {
     pub fn syscall_totals(&self, syscall: u16, comm: &str) -> Option<SyscallStats> {
         let mut out: Option<SyscallStats> = None;
         for ((k, c), v) in &self.calls {
-            if k.syscall == syscall && &**c == comm {
+            if k.syscall.index() == syscall && &**c == comm {
                 add_stats(out.get_or_insert_with(SyscallStats::zeroed), v);
             }
         }
@@ -89,13 +97,27 @@ impl Aggregator {
         let mut snap = Snapshot::default();
         let mut labels = self.labels.lock().expect("labels lock");
         for (k, v) in stats {
+            let Some(syscall) = SyscallId::new(k.syscall) else {
+                snap.unknown_keys += 1;
+                continue;
+            };
             let label = labels.label(&comm_str(&k.comm));
-            let key = (CallKey { syscall: k.syscall, variant: k.variant }, label);
+            let key = (CallKey { syscall, variant: k.variant }, label);
             add_stats(snap.calls.entry(key).or_insert_with(SyscallStats::zeroed), v);
         }
         for (k, v) in errors {
+            let Some(syscall) = SyscallId::new(k.syscall) else {
+                snap.unknown_keys += 1;
+                continue;
+            };
             let label = labels.label(&comm_str(&k.comm));
-            *snap.errors.entry((k.syscall, label, k.errno)).or_default() += v;
+            *snap.errors.entry((syscall, label, k.errno)).or_default() += v;
+        }
+        if snap.unknown_keys > 0 {
+            tracing::debug!(
+                "{} kernel map entries with an unknown syscall index left out",
+                snap.unknown_keys
+            );
         }
         snap
     }
@@ -214,7 +236,18 @@ mod tests {
         let ek = ErrorKey { syscall: 1, errno: 2, comm: comm_bytes("app") };
         let ek2 = ErrorKey { syscall: 1, errno: 2, comm: comm_bytes("") };
         let s = a.snapshot(&[], &[(ek, 3), (ek2, 1)]);
-        assert_eq!(s.errors[&(1, Arc::from("app"), 2)], 3);
-        assert_eq!(s.errors[&(1, Arc::from("other"), 2)], 1);
+        let openat = SyscallId::new(1).unwrap();
+        assert_eq!(s.errors[&(openat, Arc::from("app"), 2)], 3);
+        assert_eq!(s.errors[&(openat, Arc::from("other"), 2)], 1);
+    }
+
+    #[test]
+    fn a_key_with_an_unknown_syscall_is_left_out() {
+        let a = Aggregator::new(labels(10));
+        let bad = ErrorKey { syscall: 999, errno: 2, comm: comm_bytes("app") };
+        let s = a.snapshot(&[(key("app", 999), stats(3, 0)), (key("app", READ), stats(1, 0))], &[(bad, 1)]);
+        assert_eq!(s.unknown_keys, 2);
+        assert_eq!(s.calls.len(), 1);
+        assert!(s.errors.is_empty());
     }
 }

@@ -5,6 +5,7 @@
 //! Without it they print why and skip, unless SONIC_PROBE_REQUIRE_PRIVILEGED
 //! is set (CI and `cargo xtask test` set it): then a missing privilege fails.
 
+pub mod tls;
 pub mod workload;
 
 use std::{
@@ -131,7 +132,13 @@ impl Daemon {
 
     /// Like [`Daemon::start`], with environment variables.
     pub fn start_with(args: &[&str], envs: &[(&str, &str)]) -> Daemon {
-        let mut child = Command::new(sonic_probe_bin())
+        Self::start_program(&sonic_probe_bin(), args, envs)
+    }
+
+    /// Like [`Daemon::start_with`], running `program` (e.g. a link to the
+    /// binary, for a process name of its own).
+    pub fn start_program(program: &std::path::Path, args: &[&str], envs: &[(&str, &str)]) -> Daemon {
+        let mut child = Command::new(program)
             .arg("run")
             .args(args)
             .args(["--listen", "127.0.0.1:0"])
@@ -160,8 +167,9 @@ impl Daemon {
                     let ready = line.contains(" ready in ");
                     log_lines.push(line.clone());
                     if ready {
+                        // serving http://ADDR/metrics, or https:// with TLS.
                         let addr = line
-                            .split("http://")
+                            .split("://")
                             .nth(1)
                             .and_then(|s| s.split('/').next())
                             .and_then(|s| s.parse().ok())
@@ -392,6 +400,48 @@ fn parse_labels(body: &str) -> Option<BTreeMap<String, String>> {
     Some(out)
 }
 
+/// The background of a busy GPU node (tests/workloads/noise_mix.py): shell
+/// loops, coreutils, Python start-ups, getent, git, a monitoring agent, a
+/// periodic job, log rotation. Stopped, with everything it started, when
+/// dropped.
+pub struct NoiseMix {
+    child: Child,
+    /// Every process of the mix has a name starting with this.
+    pub prefix: String,
+}
+
+impl NoiseMix {
+    /// Starts the mix at `load` times its default rates, its tools named
+    /// `PREFIX...`, and waits until every part runs.
+    pub fn start(load: f64, prefix: &str) -> NoiseMix {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("workloads/noise_mix.py");
+        let mut child = Command::new("/usr/bin/python3")
+            .arg(script)
+            .args(["--load", &load.to_string(), "--comm-prefix", prefix])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the noise mix");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("ready line");
+        assert_eq!(line.trim(), "ready", "the noise mix did not start");
+        NoiseMix { child, prefix: prefix.to_string() }
+    }
+
+    /// Whether a finding's process belongs to the mix.
+    pub fn owns(&self, finding: &serde_json::Value) -> bool {
+        finding["comm"].as_str().is_some_and(|c| c.starts_with(&self.prefix))
+    }
+}
+
+impl Drop for NoiseMix {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child; it stops its process group.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
 /// A running workload, blocked until [`Workload::go`].
 pub struct Workload {
     child: Child,
@@ -443,13 +493,18 @@ impl Workload {
     }
 
     /// Lets it run, and waits for it to finish.
-    pub fn go(mut self) -> ExitStatus {
+    pub fn go(self) -> ExitStatus {
+        self.go_output().0
+    }
+
+    /// Like [`Workload::go`], with what it printed after "ready".
+    pub fn go_output(mut self) -> (ExitStatus, String) {
         let mut stdin = self.stdin.take().expect("stdin");
         stdin.write_all(b"g").expect("go");
         drop(stdin);
         let mut rest = String::new();
         let _ = self.stdout.read_to_string(&mut rest);
-        self.child.wait().expect("wait for the workload")
+        (self.child.wait().expect("wait for the workload"), rest)
     }
 
     /// Its process name now.
@@ -486,6 +541,44 @@ pub fn parse_strace_summary(text: &str) -> BTreeMap<String, (u64, u64)> {
         out.insert(name, (calls, errors));
     }
     out
+}
+
+/// Whether this kernel has a futex operation of `sp-workload stall`:
+/// FUTEX_LOCK_PI2 came in 5.14 and futex_waitv in 5.16; older kernels
+/// answer ENOSYS, and a test of that operation has nothing to watch.
+pub fn futex_op_supported(op: &str) -> bool {
+    const FUTEX_LOCK_PI2: libc::c_int = 13;
+    const SYS_FUTEX_WAITV: libc::c_long = 449;
+    let word = std::sync::atomic::AtomicU32::new(0);
+    // SAFETY: a futex word of our own; LOCK_PI2 on a free word takes it at
+    // once (and UNLOCK_PI gives it back); futex_waitv of no words fails
+    // with EINVAL where it exists.
+    let r = unsafe {
+        match op {
+            "lock_pi2" => {
+                let r = libc::syscall(
+                    libc::SYS_futex,
+                    word.as_ptr(),
+                    FUTEX_LOCK_PI2 | libc::FUTEX_PRIVATE_FLAG,
+                    0,
+                    std::ptr::null::<libc::timespec>(),
+                );
+                if r == 0 {
+                    libc::syscall(
+                        libc::SYS_futex,
+                        word.as_ptr(),
+                        libc::FUTEX_UNLOCK_PI | libc::FUTEX_PRIVATE_FLAG,
+                    );
+                }
+                r
+            }
+            "waitv" => {
+                libc::syscall(SYS_FUTEX_WAITV, std::ptr::null::<u8>(), 0, 0, std::ptr::null::<u8>(), 0)
+            }
+            _ => return true,
+        }
+    };
+    !(r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS))
 }
 
 #[cfg(test)]

@@ -19,10 +19,109 @@ pub mod exact {
     pub const MMAP_EINVAL: u64 = 1;
     pub const MMAP: u64 = MAPS_OK + MMAP_EINVAL;
     pub const MUNMAP: u64 = MAPS_OK;
+    /// Each /dev/null descriptor is closed again; /dev/zero's stays open
+    /// until _exit (which closes it without a close call).
+    pub const CLOSE: u64 = DEV_NULL_OPENS;
     pub const FUTEX_WAKES: u64 = 10;
     /// One FUTEX_WAIT that times out (ETIMEDOUT), one whose value differs (EAGAIN).
     pub const FUTEX: u64 = FUTEX_WAKES + 2;
     pub const MISSING_PATH: &str = "/nonexistent/sonic-probe-test/model.pth";
+
+    /// The counts, errors and bytes of one `exact` run under process name
+    /// `name`, as sonic-probe exports them: all exact.
+    pub fn assert_counts(m: &crate::Metrics, name: &str) {
+        assert_eq!(m.calls("futex", name), FUTEX);
+        assert_eq!(m.calls("openat", name), OPENAT);
+        assert_eq!(m.calls("read", name), READ);
+        assert_eq!(m.calls("mmap", name), MMAP);
+        assert_eq!(m.calls("munmap", name), MUNMAP);
+        assert_eq!(m.calls("close", name), CLOSE);
+
+        assert_eq!(m.errors("openat", name, "ENOENT"), ENOENT_OPENS);
+        assert_eq!(m.errors("read", name, "EBADF"), READS_EBADF);
+        assert_eq!(m.errors("mmap", name, "EINVAL"), MMAP_EINVAL);
+        assert_eq!(m.errors("futex", name, "ETIMEDOUT"), 1);
+        assert_eq!(m.errors("futex", name, "EAGAIN"), 1);
+        let all_errors = m.sum("sonic_probe_syscall_errors_total", &[("comm", name)]) as u64;
+        assert_eq!(all_errors, ENOENT_OPENS + READS_EBADF + MMAP_EINVAL + 2);
+
+        let c = [("comm", name)];
+        assert_eq!(m.get("sonic_probe_read_bytes_total", &c), Some((READS_OK * READ_SIZE) as f64));
+        assert_eq!(m.get("sonic_probe_mmap_bytes_total", &c), Some((MAPS_OK * MAP_SIZE) as f64));
+        assert_eq!(m.get("sonic_probe_munmap_bytes_total", &c), Some((MAPS_OK * MAP_SIZE) as f64));
+    }
+}
+
+/// `sp-workload io PATH`: pread64, write and ioctl, single-threaded. PATH is
+/// a file of at least FILE_SIZE bytes (a `.pth`: a model); a pipe and
+/// /dev/null are opened before the go signal, PATH after it.
+pub mod io {
+    pub const FILE_SIZE: u64 = 64 * 1024;
+    /// PATH opened after go (its class is known: model); closed at the end.
+    pub const OPENAT: u64 = 1;
+    pub const CLOSE: u64 = 1;
+    /// The whole file read 1 KiB at a time at increasing offsets: small reads.
+    pub const PREAD_SIZE: u64 = 1024;
+    pub const PREADS_OK: u64 = FILE_SIZE / PREAD_SIZE;
+    /// One more at the end of the file: returns 0.
+    pub const PREADS_EOF: u64 = 1;
+    pub const PREADS_EBADF: u64 = 2;
+    /// pread64 of a pipe.
+    pub const PREADS_ESPIPE: u64 = 1;
+    pub const PREAD64: u64 = PREADS_OK + PREADS_EOF + PREADS_EBADF + PREADS_ESPIPE;
+    /// Writes to /dev/null and to the pipe.
+    pub const WRITES_NULL: u64 = 100;
+    pub const WRITES_PIPE: u64 = 3;
+    pub const WRITE_SIZE: u64 = 512;
+    pub const WRITES_EBADF: u64 = 1;
+    pub const WRITE: u64 = WRITES_NULL + WRITES_PIPE + WRITES_EBADF;
+    /// FIONREAD on the pipe: succeeds.
+    pub const IOCTLS_OK: u64 = 10;
+    /// TCGETS on /dev/null: not a tty.
+    pub const IOCTLS_ENOTTY: u64 = 2;
+    pub const IOCTLS_EBADF: u64 = 1;
+    pub const IOCTL: u64 = IOCTLS_OK + IOCTLS_ENOTTY + IOCTLS_EBADF;
+
+    /// The counts, errors, bytes and classes of one `io` run under process
+    /// name `name` traced with every call, as sonic-probe exports them.
+    pub fn assert_counts(m: &crate::Metrics, name: &str) {
+        assert_eq!(m.calls("openat", name), OPENAT);
+        assert_eq!(m.calls("close", name), CLOSE);
+        assert_eq!(m.calls("pread64", name), PREAD64);
+        assert_eq!(m.calls("write", name), WRITE);
+        assert_eq!(m.calls("ioctl", name), IOCTL);
+        assert_eq!(m.errors("pread64", name, "EBADF"), PREADS_EBADF);
+        assert_eq!(m.errors("pread64", name, "ESPIPE"), PREADS_ESPIPE);
+        assert_eq!(m.errors("write", name, "EBADF"), WRITES_EBADF);
+        assert_eq!(m.errors("ioctl", name, "ENOTTY"), IOCTLS_ENOTTY);
+        assert_eq!(m.errors("ioctl", name, "EBADF"), IOCTLS_EBADF);
+
+        let c = [("comm", name)];
+        assert_eq!(m.get("sonic_probe_pread64_bytes_total", &c), Some((PREADS_OK * PREAD_SIZE) as f64));
+        assert_eq!(
+            m.get("sonic_probe_write_bytes_total", &c),
+            Some(((WRITES_NULL + WRITES_PIPE) * WRITE_SIZE) as f64)
+        );
+        // The model file's reads by class, all small; the pipe's failed one is not_file.
+        let model = [("comm", name), ("file_class", "model")];
+        assert_eq!(
+            m.get("sonic_probe_pread64_size_bytes_count", &model),
+            Some((PREADS_OK + PREADS_EOF) as f64)
+        );
+        assert_eq!(m.get("sonic_probe_small_preads_total", &model), Some((PREADS_OK + PREADS_EOF) as f64));
+        let not_file = [("comm", name), ("file_class", "not_file")];
+        assert_eq!(
+            m.get("sonic_probe_write_size_bytes_count", &not_file),
+            Some((WRITES_NULL + WRITES_PIPE + WRITES_EBADF) as f64)
+        );
+        // Neither the pipe nor /dev/null is a GPU.
+        let other = [("comm", name), ("device_class", "other")];
+        assert_eq!(m.get("sonic_probe_ioctl_duration_seconds_count", &other), Some(IOCTL as f64));
+        assert_eq!(
+            m.get("sonic_probe_ioctl_duration_seconds_count", &[("comm", name), ("device_class", "gpu")]),
+            None
+        );
+    }
 }
 
 /// `sp-workload spawn THREADS FORKS READS`: threads and forked children

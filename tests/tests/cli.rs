@@ -127,6 +127,10 @@ fn every_bad_input_of_the_table() {
         ("badsize.toml", "ringbuf_size = \"big\"\n"),
         ("malformed.toml", "listen = [\n"),
         ("badpid.toml", "pid = [\"x\"]\n"),
+        ("plainpass.yml", "basic_auth_users:\n  alice: secret\n"),
+        ("nokey.yml", "tls_server_config:\n  cert_file: server.crt\n"),
+        ("tls10.yml", "tls_server_config:\n  cert_file: c.crt\n  key_file: c.key\n  min_version: TLS10\n"),
+        ("typo.yml", "basic_auth_user:\n  alice: x\n"),
     ] {
         std::fs::write(dir.join(name), text).unwrap();
     }
@@ -142,11 +146,10 @@ fn every_bad_input_of_the_table() {
             let mut c = Command::new("setpriv");
             c.args(["--bounding-set=-all", "--inh-caps=-all", "--"]).arg(sonic_probe_bin());
             c
-        } else if words.first() == Some(&"{oldkernel}") {
+        } else if words.first() == Some(&"{badfallback}") {
             words.remove(0);
-            // The UNAME26 personality: uname reports a 2.6 kernel.
-            let mut c = Command::new("setarch");
-            c.args(["x86_64", "--uname-2.6"]).arg(sonic_probe_bin());
+            let mut c = Command::new(sonic_probe_bin());
+            c.env("SONIC_PROBE_FALLBACK", "bogus");
             c
         } else {
             Command::new(sonic_probe_bin())

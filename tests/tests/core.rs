@@ -4,8 +4,19 @@
 use std::process::Command;
 
 use sonic_probe_tests::{
-    parse_strace_summary, privileged, unique_name, workload::exact, workload::spawn, Daemon, Workload,
+    parse_strace_summary, privileged, unique_name,
+    workload::{exact, io, spawn},
+    Daemon, Workload,
 };
+
+/// A temporary directory with a model file of `io::FILE_SIZE` bytes for `sp-workload io`.
+fn model_file(prefix: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(unique_name(prefix));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("weights.pth");
+    std::fs::write(&model, vec![7u8; io::FILE_SIZE as usize]).unwrap();
+    (dir, model)
+}
 
 #[test]
 fn exact_counts_for_a_known_workload() {
@@ -18,31 +29,23 @@ fn exact_counts_for_a_known_workload() {
     assert!(w.go().success());
     let m = d.metrics();
 
-    assert_eq!(m.calls("futex", &name), exact::FUTEX);
-    assert_eq!(m.calls("openat", &name), exact::OPENAT);
-    assert_eq!(m.calls("read", &name), exact::READ);
-    assert_eq!(m.calls("mmap", &name), exact::MMAP);
-    assert_eq!(m.calls("munmap", &name), exact::MUNMAP);
+    exact::assert_counts(&m, &name);
 
-    assert_eq!(m.errors("openat", &name, "ENOENT"), exact::ENOENT_OPENS);
-    assert_eq!(m.errors("read", &name, "EBADF"), exact::READS_EBADF);
-    assert_eq!(m.errors("mmap", &name, "EINVAL"), exact::MMAP_EINVAL);
-    assert_eq!(m.errors("futex", &name, "ETIMEDOUT"), 1);
-    assert_eq!(m.errors("futex", &name, "EAGAIN"), 1);
-    let all_errors = m.sum("sonic_probe_syscall_errors_total", &[("comm", &name)]) as u64;
-    assert_eq!(all_errors, exact::ENOENT_OPENS + exact::READS_EBADF + exact::MMAP_EINVAL + 2);
-
-    let c = [("comm", name.as_str())];
-    assert_eq!(m.get("sonic_probe_read_bytes_total", &c), Some((exact::READS_OK * exact::READ_SIZE) as f64));
-    assert_eq!(m.get("sonic_probe_mmap_bytes_total", &c), Some((exact::MAPS_OK * exact::MAP_SIZE) as f64));
-    assert_eq!(m.get("sonic_probe_munmap_bytes_total", &c), Some((exact::MAPS_OK * exact::MAP_SIZE) as f64));
-
-    // The timed-out wait took about 1 ms: above 2^19 ns, at most a few ms.
+    // The timed-out wait lasts at least its 1 ms timeout: never in a bucket
+    // at or below 2^19 ns. The other calls return at once, though a loaded
+    // machine may preempt one of them for longer than that (it did, with
+    // a load of 7 on 2 CPUs): most, not all, are fast.
     let futex_fast = m.sum(
         "sonic_probe_syscall_duration_seconds_bucket",
         &[("syscall", "futex"), ("comm", &name), ("le", "0.000524288")],
     ) as u64;
-    assert_eq!(futex_fast, exact::FUTEX - 1, "all but the timed wait are fast");
+    assert!(futex_fast < exact::FUTEX, "the 1 ms timed wait in a bucket of at most 0.52 ms");
+    assert!(futex_fast >= (exact::FUTEX - 1) / 2, "{futex_fast} of {} futex calls fast", exact::FUTEX);
+    let slowest_bucket_with_all = m.sum(
+        "sonic_probe_syscall_duration_seconds_bucket",
+        &[("syscall", "futex"), ("comm", &name), ("le", "+Inf")],
+    ) as u64;
+    assert_eq!(slowest_bucket_with_all, exact::FUTEX);
 
     // Nothing was lost on the way.
     for s in m.matching("sonic_probe_events_dropped_total", &[]) {
@@ -155,8 +158,38 @@ fn a_process_that_is_not_a_target_contributes_nothing() {
     assert_eq!(m.calls("read", &name), exact::READ);
     assert_eq!(m.calls("openat", &name), exact::OPENAT);
     assert_eq!(m.calls("futex", &name), exact::FUTEX);
-    // And sonic-probe never counts itself.
-    assert_eq!(m.calls("read", "sonic-probe"), 0);
+    assert_eq!(m.calls("close", &name), exact::CLOSE);
+}
+
+#[test]
+fn sonic_probe_never_counts_itself() {
+    if !privileged("sonic_probe_never_counts_itself") {
+        return;
+    }
+    // A daemon watching the whole host, under a process name of its own (run
+    // through a link) that it also targets by name, has no calls under that
+    // name, though it makes them: a second whole-host daemon counts them.
+    let name = unique_name("spself");
+    let dir = std::env::temp_dir().join(format!("{name}-bin"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join(&name);
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(sonic_probe_tests::sonic_probe_bin(), &link).unwrap();
+    let watcher = Daemon::start(&[]);
+    let me = Daemon::start_program(&link, &["--comm", &name], &[]);
+    let all = |m: &sonic_probe_tests::Metrics| {
+        m.sum("sonic_probe_syscall_duration_seconds_count", &[("comm", name.as_str())]) as u64
+    };
+    // Scrapes and the findings make it work (threads woken, /proc read).
+    for _ in 0..5 {
+        me.findings();
+        me.metrics();
+    }
+    let seen = all(&watcher.metrics());
+    assert!(seen > 0, "the watcher saw no calls of the daemon named {name}");
+    assert_eq!(all(&me.metrics()), 0, "the daemon counted {seen} calls of its own? the watcher saw them");
+    drop(me);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -229,6 +262,7 @@ fn comm_targets_include_running_and_later_processes() {
         ("read", exact::READ),
         ("mmap", exact::MMAP),
         ("munmap", exact::MUNMAP),
+        ("close", exact::CLOSE),
     ];
     for (syscall, running_calls) in expected {
         let later_calls = strace.get(syscall).map_or(0, |c| c.0);
@@ -260,6 +294,7 @@ fn cgroup_targets_include_descendant_cgroups() {
     let m = d.metrics();
     assert_eq!(m.calls("read", &name), exact::READ);
     assert_eq!(m.calls("mmap", &name), exact::MMAP);
+    assert_eq!(m.calls("close", &name), exact::CLOSE);
 }
 
 #[test]
@@ -340,4 +375,99 @@ fn bpf_run_time_statistics_with_bpf_stats() {
         let secs = m.get("sonic_probe_bpf_program_run_seconds_total", &[("program", p)]).unwrap_or(0.0);
         assert!(runs > 0.0 && secs > 0.0, "{p}: {runs} runs, {secs} s");
     }
+}
+
+#[test]
+fn pread64_write_and_ioctl_counts_are_exact() {
+    if !privileged("pread64_write_and_ioctl_counts_are_exact") {
+        return;
+    }
+    let (dir, model) = model_file("spio");
+    let name = unique_name("spio");
+    let w = Workload::start(Some(&name), &["io", model.to_str().unwrap()]);
+    let pid = w.pid().to_string();
+    let all = Daemon::start(&["--pid", &pid, "--syscalls", "all"]);
+    // The default set: pread64 like read, write and ioctl not traced at all.
+    let default = Daemon::start(&["--pid", &pid]);
+    assert!(w.go().success());
+
+    io::assert_counts(&all.metrics(), &name);
+    let m = default.metrics();
+    assert_eq!(m.calls("pread64", &name), io::PREAD64);
+    assert_eq!(m.calls("openat", &name), io::OPENAT);
+    for off in ["write", "ioctl"] {
+        assert_eq!(m.calls(off, &name), 0, "{off} is not in the default set");
+    }
+    assert!(m.matching("sonic_probe_write_bytes_total", &[("comm", &name)]).next().is_none());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn pread64_write_and_ioctl_counts_equal_strace_counts() {
+    if !privileged("pread64_write_and_ioctl_counts_equal_strace_counts") {
+        return;
+    }
+    // The workload under strace, named by a link of its own, traced from
+    // its exec: start-up included, as strace counts it.
+    let (dir, model) = model_file("spios");
+    let name = unique_name("spios");
+    let link = dir.join(&name);
+    std::os::unix::fs::symlink(sonic_probe_tests::workload_bin(), &link).unwrap();
+    let summary = dir.join("strace.txt");
+    let d = Daemon::start(&["--comm", &name, "--syscalls", "all"]);
+    let mut child = Command::new("strace")
+        .args(["-f", "-c", "-o"])
+        .arg(&summary)
+        .arg(&link)
+        .args(["io", model.to_str().unwrap()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("run strace (apt-get install strace)");
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"g").unwrap();
+    assert!(child.wait().unwrap().success());
+    let strace = parse_strace_summary(&std::fs::read_to_string(&summary).unwrap());
+    let m = d.metrics();
+    for row in sonic_probe_common::syscalls::SYSCALLS {
+        let (calls, errors) = strace.get(row.name).copied().unwrap_or((0, 0));
+        assert_eq!(m.calls(row.name, &name), calls, "{} calls: sonic-probe vs strace -c", row.name);
+        let ours =
+            m.sum("sonic_probe_syscall_errors_total", &[("syscall", row.name), ("comm", &name)]) as u64;
+        assert_eq!(ours, errors, "{} errors: sonic-probe vs strace -c", row.name);
+    }
+    // The workload's own calls are all there (plus its start-up's).
+    assert!(strace["pread64"].0 >= io::PREAD64, "{strace:?}");
+    assert!(strace["write"].0 >= io::WRITE, "{strace:?}");
+    assert!(strace["ioctl"].0 >= io::IOCTL, "{strace:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sighup_changes_the_traced_calls() {
+    if !privileged("sighup_changes_the_traced_calls") {
+        return;
+    }
+    let (dir, model) = model_file("spsh");
+    let config = dir.join("config.toml");
+    let name = unique_name("spsh");
+    let path = model.to_str().unwrap();
+    let first = Workload::start(Some(&name), &["io", path]);
+    std::fs::write(&config, format!("pid = [{}]\nsyscalls = \"default\"\n", first.pid())).unwrap();
+    let mut d = Daemon::start(&["--config", config.to_str().unwrap()]);
+    assert!(first.go().success());
+    let m = d.metrics();
+    assert_eq!((m.calls("pread64", &name), m.calls("write", &name)), (io::PREAD64, 0));
+
+    let second = Workload::start(Some(&name), &["io", path]);
+    let set = "[\"default\", \"write\"]";
+    std::fs::write(&config, format!("pid = [{}]\nsyscalls = {set}\n", second.pid())).unwrap();
+    d.signal(libc::SIGHUP);
+    d.wait_for_log("SIGHUP: reloaded");
+    assert!(second.go().success());
+    let m = d.metrics();
+    assert_eq!(m.calls("pread64", &name), 2 * io::PREAD64, "counters were kept");
+    assert_eq!(m.calls("write", &name), io::WRITE, "write is traced from the reload on");
+    assert_eq!(m.calls("ioctl", &name), 0);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -12,7 +12,9 @@ use std::{
 };
 
 use sonic_probe_tests::{
-    bench_bin, http_request, privileged, rss_bytes, unique_name, workload::spawn, Daemon, Metrics, Workload,
+    bench_bin, http_request, privileged, rss_bytes, unique_name,
+    workload::{exact, spawn},
+    Daemon, Metrics, Workload,
 };
 
 /// Scrapes until `done` holds (the reader drains the ring buffer every few
@@ -108,8 +110,10 @@ fn ten_thousand_short_lived_processes_and_threads_leave_nothing_behind() {
     // The whole host is watched, and every one of the 10000 is a target
     // while it lives. Kernel maps (keyed by name, by descriptor, by target
     // process) and the daemon's memory must come back to where they were.
+    // (Every name on the host gets its own label, so that the names that
+    // appear meanwhile can be counted: see below.)
     let name = unique_name("spn");
-    let d = Daemon::start(&[]);
+    let d = Daemon::start(&["--max-comms", "100000"]);
     let settle = |what: &str| {
         // Descriptor tables of exited processes are swept every second.
         std::thread::sleep(Duration::from_secs(3));
@@ -147,15 +151,50 @@ fn ten_thousand_short_lived_processes_and_threads_leave_nothing_behind() {
     assert_eq!(m.sum("sonic_probe_aggregation_overflow_total", &[]), 0.0, "no call fell back to \"other\"");
 
     let after = settle("after");
-    // Other processes on the host come and go meanwhile: allow their noise,
-    // never the 10000.
-    for map in ["syscall_stats", "syscall_errors", "open_files"] {
-        let (b, a) = (map_entries(&before, map), map_entries(&after, map));
-        assert!(a <= b + 200, "{map}: {b} entries before, {a} after 10000 processes");
+    // The 10000 add nothing: syscall entries are keyed by process name
+    // (theirs was there after the warm-up), descriptors and per-thread state
+    // go at exit. What grows is the rest of the host's meanwhile: new process
+    // names (this binary's other tests, compilers of a build running
+    // alongside: 0 to 20 of them here), each with at most 25 syscall_stats
+    // entries (14 futex commands, 6 file classes of read, 5 other calls) and
+    // in practice a few errno entries; and the files busy processes hold open
+    // at that moment. Measured on the 2-core machine: +1 to +165
+    // syscall_stats entries (about 8 per new name), +0 to +33 syscall_errors,
+    // open_files -3 to +21, thread_states alike. A leak per process or thread
+    // would be thousands.
+    let names = |m: &Metrics| -> std::collections::BTreeSet<String> {
+        m.matching("sonic_probe_syscall_duration_seconds_count", &[])
+            .map(|s| s.labels["comm"].clone())
+            .collect()
+    };
+    let new_names = names(&after).difference(&names(&before)).count() as u64;
+    assert!(!names(&after).contains("other"), "a name without a label: the count of new names is short");
+    let mut maps = vec![
+        ("syscall_stats", 16 + 25 * new_names),
+        ("syscall_errors", 8 + 10 * new_names),
+        ("open_files", 64),
+    ];
+    // Per-thread state is a map of its own where the kernel lacks task
+    // storage (or SONIC_PROBE_FALLBACK=entry_state): freed at thread exit.
+    let thread_map =
+        after.get("sonic_probe_bpf_variant", &[("piece", "entry_state"), ("variant", "thread_map")]);
+    if thread_map == Some(1.0) {
+        maps.push(("thread_states", 64));
     }
+    eprintln!("{new_names} new process names meanwhile");
+    for (map, noise) in maps {
+        let (b, a) = (map_entries(&before, map), map_entries(&after, map));
+        assert!(
+            a <= b + noise,
+            "{map}: {b} entries before, {a} after 10000 processes ({new_names} new names meanwhile)"
+        );
+    }
+    // Measured: +0.3 to +2.6 MiB (debug and release builds), from what the
+    // sweeps, the scrapes and the new names' labels keep; allowed twice that.
+    // 10000 processes' worth of state would be more.
     let rss_after = rss_bytes(d.pid());
     assert!(
-        rss_after <= rss_before + (8 << 20),
+        rss_after <= rss_before + (6 << 20),
         "daemon memory {} KiB before, {} KiB after",
         rss_before / 1024,
         rss_after / 1024
@@ -168,39 +207,65 @@ fn a_reused_pid_is_never_counted_under_the_old_name() {
     if !privileged("a_reused_pid_is_never_counted_under_the_old_name") {
         return;
     }
-    let d = Daemon::start(&[]);
+    // Verbose: `exact` fails each call once, at start-up, which only the
+    // verbose findings list (docs/metrics.md, "What is not a finding").
+    let d = Daemon::start(&["--findings-verbose"]);
+    // The old process runs `exact` (failed openat, read and mmap calls:
+    // three syscall_errors findings under its name), exits, and its pid is
+    // handed out again at once (ns_last_pid) to a new process that does the
+    // same under another name.
     let (old_name, new_name) = (unique_name("spo"), unique_name("spr"));
-    const OLD_READS: u64 = 7;
-    const NEW_READS: u64 = 11;
-    // The old process reads, exits, and its pid is handed out again at
-    // once (ns_last_pid). Each counts its thread's reads and its go read.
-    let old = Workload::start(Some(&old_name), &["spawn", "1", "0", &OLD_READS.to_string()]);
+    let old = Workload::start(Some(&old_name), &["exact"]);
     let pid = old.pid();
     assert!(old.go().success());
     let mut new = None;
     for _ in 0..50 {
         std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).expect("write ns_last_pid");
-        let w = Workload::start(Some(&new_name), &["spawn", "1", "0", &NEW_READS.to_string()]);
+        let w = Workload::start(Some(&new_name), &["exact"]);
         if w.pid() == pid {
             new = Some(w);
             break;
         }
-        // Another process on the host took it first; try again.
+        // Another process on the host took it first; try again. (The try is
+        // killed in its go read, which then never completes: not counted.)
     }
     let new = new.expect("could not get the old pid again in 50 tries");
     assert!(new.go().success());
+    // The whole host is watched from before both started: each name has the
+    // known calls and its go read, exactly.
     let m = d.metrics();
-    assert_eq!(device_reads(&m, &old_name), OLD_READS + 1);
-    assert_eq!(device_reads(&m, &new_name), NEW_READS + 1);
-    // The findings engine names files and processes by pid too: the new
-    // process's events never carry the old name.
-    for f in d.findings() {
-        let text = f.to_string();
-        assert!(
-            !(text.contains(&pid.to_string()) && text.contains(&old_name) && text.contains(&new_name)),
-            "{text}"
-        );
+    for name in [&old_name, &new_name] {
+        assert_eq!(m.calls("read", name), exact::READ + 1, "{name}");
+        assert_eq!(m.calls("openat", name), exact::OPENAT, "{name}");
+        assert_eq!(m.errors("openat", name, "ENOENT"), exact::ENOENT_OPENS, "{name}");
     }
+    // The findings engine keys processes by pid too: each process's failures
+    // are a finding of its own under its own name, the old one's unchanged.
+    // (Were the new process taken for the old, its failures would add to the
+    // old findings, under the old name.)
+    let errors = [
+        ("openat", "ENOENT", exact::ENOENT_OPENS),
+        ("read", "EBADF", exact::READS_EBADF),
+        ("mmap", "EINVAL", exact::MMAP_EINVAL),
+    ];
+    let of_pid = |f: &[serde_json::Value]| -> Vec<serde_json::Value> {
+        f.iter().filter(|f| f["pid"] == pid).cloned().collect()
+    };
+    let f = of_pid(&d.findings_when(|f| of_pid(f).len() >= 2 * errors.len()));
+    for (syscall, errno, count) in errors {
+        let mut got: Vec<(String, u64)> = f
+            .iter()
+            .filter(|f| f["kind"] == "syscall_errors" && f["syscall"] == syscall && f["errno"] == errno)
+            .map(|f| (f["comm"].as_str().unwrap_or("").to_string(), f["count"].as_u64().unwrap_or(0)))
+            .collect();
+        got.sort();
+        let mut want = vec![(old_name.clone(), count), (new_name.clone(), count)];
+        want.sort();
+        assert_eq!(got, want, "{syscall} {errno} findings of pid {pid}: {f:#?}");
+    }
+    assert_eq!(f.len(), 2 * errors.len(), "nothing else for pid {pid}: {f:#?}");
+    let old_open = f.iter().find(|f| f["comm"] == old_name.as_str() && f["syscall"] == "openat").unwrap();
+    assert_eq!(old_open["paths"], serde_json::json!([exact::MISSING_PATH]));
     assert!(d.stop().success());
 }
 
@@ -268,10 +333,11 @@ fn only_get_and_head_on_known_paths() {
             assert_eq!(http_request(d.addr, method, path).0, 405, "{method} {path}");
         }
     }
-    for path in ["/nope", "/metrics/x", "/../etc/passwd", "/metrics?x=1x"] {
-        let code = http_request(d.addr, "GET", path).0;
-        assert!(code == 404 || (path.contains('?') && code == 200), "GET {path}: {code}");
+    for path in ["/nope", "/metrics/x", "/../etc/passwd"] {
+        assert_eq!(http_request(d.addr, "GET", path).0, 404, "GET {path}");
     }
+    // The query string is not part of the path (scrapers may add one).
+    assert_eq!(http_request(d.addr, "GET", "/metrics?x=1x").0, 200);
     assert!(d.stop().success());
 }
 
@@ -320,6 +386,37 @@ fn a_slow_client_is_cut_off() {
 }
 
 #[test]
+fn idle_connections_in_every_slot_do_not_hold_up_a_scrape() {
+    if !privileged("idle_connections_in_every_slot_do_not_hold_up_a_scrape") {
+        return;
+    }
+    let d = Daemon::start(&["--pid", "1"]);
+    // More connections than the daemon serves at once (64), each sending
+    // nothing or half a request head and then waiting.
+    let idle: Vec<TcpStream> = (0..80)
+        .map(|i| {
+            let mut s = TcpStream::connect(d.addr).unwrap();
+            if i % 2 == 1 {
+                s.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+            }
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    // The idle ones are closed to make room: a scrape doesn't wait for
+    // their header timeout (5 s).
+    let start = Instant::now();
+    for _ in 0..3 {
+        assert_eq!(d.get("/healthz").0, 200);
+    }
+    let (status, _) = d.get("/metrics");
+    assert_eq!(status, 200);
+    assert!(start.elapsed() < Duration::from_secs(3), "served after {:?}", start.elapsed());
+    drop(idle);
+    assert!(d.stop().success());
+}
+
+#[test]
 fn fifty_concurrent_scrapes_while_the_probes_see_a_flood_of_calls() {
     if !privileged("fifty_concurrent_scrapes_while_the_probes_see_a_flood_of_calls") {
         return;
@@ -343,29 +440,45 @@ fn fifty_concurrent_scrapes_while_the_probes_see_a_flood_of_calls() {
     let scrapers: Vec<_> = (0..50)
         .map(|_| {
             std::thread::spawn(move || {
-                let mut served = 0;
-                for _ in 0..5 {
-                    let (status, body) = http_request(addr, "GET", "/metrics");
-                    assert_eq!(status, 200);
-                    Metrics::parse(&body);
-                    served += 1;
-                }
-                served
+                // The reads each scrape saw.
+                (0..5)
+                    .map(|_| {
+                        let (status, body) = http_request(addr, "GET", "/metrics");
+                        assert_eq!(status, 200);
+                        Metrics::parse(&body).calls("read", "sp-bench")
+                    })
+                    .collect::<Vec<u64>>()
             })
         })
         .collect();
-    let served: u32 = scrapers.into_iter().map(|s| s.join().expect("a scraper failed")).sum();
+    let seen: Vec<u64> = scrapers.into_iter().flat_map(|s| s.join().expect("a scraper failed")).collect();
     let took = bench.join().unwrap();
-    assert_eq!(served, 250);
+    assert_eq!(seen.len(), 250);
+    // A scrape that saw some of the reads but not all of them ran while the
+    // flood did: most do (the flood lasts seconds, 250 scrapes take about
+    // as long), and at least a fifth must, or they did not overlap.
+    let during = seen.iter().filter(|&&n| n > 0 && n < 2 * READS).count();
     eprintln!(
-        "{} traced reads in {took:?} ({:.0}/s) under 250 scrapes",
+        "{} traced reads in {took:?} ({:.0}/s) under 250 scrapes, {during} of them during the flood",
         2 * READS,
         (2 * READS) as f64 / took.as_secs_f64()
     );
+    assert!(during >= 50, "only {during} of 250 scrapes ran during the flood: {seen:?}");
     let m = d.metrics();
     assert_eq!(m.calls("read", "sp-bench"), 2 * READS, "exact under load");
     let rss_after = rss_bytes(d.pid());
-    assert!(rss_after < 128 << 20, "daemon RSS {} KiB after the scrapes", rss_after / 1024);
     eprintln!("daemon RSS {} KiB before, {} KiB after", rss_before / 1024, rss_after / 1024);
+    // The documented figure is 30 MiB resident at steady state (release
+    // build, docs/performance.md), with a target of at most 64 MiB. Measured
+    // here: the debug build the tests run 43 MiB before, 52-54 MiB after 250
+    // scrapes under the flood (+8-11 MiB: 50 bodies rendered at once); the
+    // release build 35 and 42-44 MiB. The target holds for both, and what
+    // the scrapes add is bounded.
+    assert!(
+        rss_after <= 64 << 20 && rss_after <= rss_before + (16 << 20),
+        "daemon RSS {} KiB before, {} KiB after the scrapes",
+        rss_before / 1024,
+        rss_after / 1024
+    );
     assert!(d.stop().success());
 }

@@ -1,27 +1,82 @@
 //! `cargo xtask bench`: what sonic-probe costs the service it watches,
 //! measured side by side with the other ways of seeing the same calls.
 //!
-//! Each round runs every tracer once, in turn (A B C ... A B C ...), so
-//! that drift on a shared VM hits all of them alike; results are medians
-//! with min-max. The cost a tracer adds is its time per call minus the
-//! untraced time; it is compared with the floor's added cost (empty BPF
+//! Two measures, the first one decides. **Kernel-side**: for each BPF
+//! tracer, the kernel's own run-time statistics of its sys_enter and
+//! sys_exit programs (run_time_ns / run_cnt, bpfstats.rs) while the
+//! benchmark makes one kind of call: ns per program invocation and per
+//! traced call (enter + exit), free of the scheduler and of neighbours on a
+//! shared VM. **Wall clock**: ns per call of the benchmark loop, with the
+//! benchmark pinned to one CPU and the tracer's process to another, each
+//! tracer warmed up first; each round runs every tracer once and the order
+//! rotates from round to round (A B C, B C A, ...), so that drift and being
+//! first or last hit all alike. Results are medians over rounds with
+//! min-max, and ratios come with a 95 % bootstrap interval over the rounds
+//! (rounds resampled, the tracers of a round kept together), so that the
+//! report says whether two tracers differ. A round whose baseline moved (no
+//! tracer slower than the floor) is flagged, and a ratio whose denominator
+//! is not positive is not printed as a number.
+//!
+//! Where the minimal tracer's time goes is measured by removal: the same
+//! programs built without one piece each (clock reads, task storage,
+//! aggregation), kernel-side. The added cost of a tracer is its time per
+//! call minus the untraced time, compared with the floor's (empty BPF
 //! programs on the same two tracepoints: the price of attaching at all).
-//! The report goes to target/bench/report.md.
+//! The mixed workload times itself (from its first request to its last), so
+//! that no tracer's start-up is in its time. The events sonic-probe trace
+//! loses are reported next to its times. At 100k traced calls per second,
+//! the CPU sonic-probe run costs is measured both in the daemon process and
+//! in the traced processes (its BPF programs run on their time). The report
+//! starts with the machine's facts that explain why the floor differs
+//! between machines (CPU, Spectre mitigations, clock source) and goes to
+//! target/bench/report.md.
 
 use std::{
     collections::BTreeMap,
     fmt::Write as _,
-    io::{BufRead, BufReader, Write},
+    io::{BufRead, BufReader, Read, Write},
+    os::unix::process::CommandExt,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::{anyhow, bail, Context, Result};
-use aya::{programs::BtfTracePoint, Btf, Ebpf};
+
+use crate::bpfstats::{self, Programs, Role};
 
 /// Calls measured, and how many of each per run.
 const CALLS: &[&str] = &["read", "futex", "openat", "mmap", "getppid"];
+
+/// Traced system calls per loop iteration of sp-bench CALL (openat and mmap
+/// close and unmap again; getppid is not traced).
+fn traced_per_iteration(call: &str) -> u64 {
+    match call {
+        "openat" | "mmap" => 2,
+        "getppid" => 0,
+        _ => 1,
+    }
+}
+
+/// System calls per loop iteration of sp-bench CALL, traced or not.
+fn syscalls_per_iteration(call: &str) -> u64 {
+    traced_per_iteration(call).max(1)
+}
+
+/// The rate at which the CPU cost is measured, and its target.
+const CPU_RATE: u64 = 100_000;
+const CPU_TARGET_PCT: f64 = 2.0;
+
+/// The minimal tracer's pieces the breakdown removes one at a time:
+/// (sp-reference's name for the piece, what it is).
+pub const PIECES: &[(&str, &str)] = &[
+    ("clock", "the two clock reads (bpf_ktime_get_ns at entry and exit)"),
+    ("task-storage", "the start time in task storage (a get at entry and at exit; a per-CPU slot instead)"),
+    ("aggregation", "the (syscall, process name) key, the per-CPU hash lookup, the bucket increment"),
+];
+
+/// Bootstrap resamples per interval.
+const RESAMPLES: usize = 2000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Tracer {
@@ -29,10 +84,15 @@ pub enum Tracer {
     Floor,
     Minimal,
     SonicRun,
+    /// sonic-probe run with every fallback variant (the 5.10 programs).
+    SonicRunFallback,
     SonicTrace,
     Bpftrace,
     PerfTrace,
     Strace,
+    /// The minimal programs without PIECES[i]: kernel-side only, for the
+    /// breakdown.
+    MinimalWithout(usize),
 }
 
 impl Tracer {
@@ -43,10 +103,16 @@ impl Tracer {
             Tracer::Floor => "floor",
             Tracer::Minimal => "minimal",
             Tracer::SonicRun => "run",
+            Tracer::SonicRunFallback => "run-fallback",
             Tracer::SonicTrace => "trace",
             Tracer::Bpftrace => "bpftrace",
             Tracer::PerfTrace => "perf",
             Tracer::Strace => "strace",
+            Tracer::MinimalWithout(i) => match PIECES[i].0 {
+                "clock" => "minimal-without-clock",
+                "task-storage" => "minimal-without-task-storage",
+                _ => "minimal-without-aggregation",
+            },
         }
     }
 
@@ -56,25 +122,48 @@ impl Tracer {
             Tracer::Floor => "floor (empty BPF programs)",
             Tracer::Minimal => "minimal exact latency histogram",
             Tracer::SonicRun => "sonic-probe run",
+            Tracer::SonicRunFallback => "sonic-probe run, every fallback (as on 5.10)",
             Tracer::SonicTrace => "sonic-probe trace",
             Tracer::Bpftrace => "bpftrace (latency histograms)",
             Tracer::PerfTrace => "perf trace -s",
             Tracer::Strace => "strace -f -c",
+            Tracer::MinimalWithout(_) => self.short(),
         }
     }
 
-    /// Iterations per run: slow tracers get fewer (the result is per call).
+    /// Iterations per wall-clock sample: slow tracers get fewer (the result
+    /// is per call).
     fn iterations(self, smoke: bool) -> u64 {
         let n = match self {
             Tracer::Strace => 5_000,
             Tracer::PerfTrace => 20_000,
-            _ => 200_000,
+            _ => 500_000,
         };
         if smoke {
-            n / 10
+            n / 25
         } else {
             n
         }
+    }
+
+    /// Whether its BPF programs' run time is measured (its sys_enter and
+    /// sys_exit programs are found by the descriptors its process holds).
+    fn kernel_side(self) -> bool {
+        !matches!(self, Tracer::None | Tracer::PerfTrace | Tracer::Strace)
+    }
+
+    /// Only measured kernel-side (the breakdown's programs count nothing).
+    fn kernel_only(self) -> bool {
+        matches!(self, Tracer::MinimalWithout(_))
+    }
+}
+
+/// Iterations per kernel-side sample: per-invocation averages settle fast.
+fn kernel_iterations(smoke: bool) -> u64 {
+    if smoke {
+        20_000
+    } else {
+        200_000
     }
 }
 
@@ -89,27 +178,82 @@ tracepoint:raw_syscalls:sys_exit
 { @lat[comm, args->id] = hist(nsecs - @start[tid]); delete(@start[tid]); }
 "#;
 
+/// Where the benchmark and the tracers run: two different CPUs of those we
+/// may use, so that the daemon draining its ring buffer or bpftrace's
+/// process never takes the benchmark's CPU from it.
+#[derive(Debug, Clone, Copy)]
+struct Cpus {
+    tracer: usize,
+    bench: usize,
+}
+
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: sched_getaffinity fills the set we pass; CPU_ISSET reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+    }
+}
+
+/// Makes `cmd`'s process run on `cpu` only (its children inherit it).
+fn pin(cmd: &mut Command, cpu: usize) {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it.
+    let set = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        set
+    };
+    // SAFETY: between fork and exec the closure makes one system call,
+    // which is async-signal-safe, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 pub struct Bench {
     root: PathBuf,
     smoke: bool,
     sonic: PathBuf,
     spbench: PathBuf,
+    /// Attaches the floor or the minimal reference programs.
+    reference: PathBuf,
+    /// None with a single CPU: nothing pinned.
+    cpus: Option<Cpus>,
 }
 
 /// A tracer attached for the whole host while the benchmark runs.
 enum Attached {
     Nothing,
-    /// Held, not read: dropping it detaches the programs.
-    #[allow(dead_code)]
-    Programs(Ebpf),
+    /// Killed (SIGINT) and reaped when dropped: that detaches it.
     Process(Child),
 }
 
 impl Drop for Attached {
     fn drop(&mut self) {
         if let Attached::Process(c) = self {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+            // SIGINT again every second (bpftrace 0.17 sometimes misses the
+            // first one, busy in its start-up), SIGKILL after 10 s: a tracer
+            // that does not stop must not stop the benchmark.
+            for i in 0..=10 {
+                let sig = if i < 10 { libc::SIGINT } else { libc::SIGKILL };
+                // SAFETY: signalling our own child, not reaped yet.
+                unsafe { libc::kill(c.id() as i32, sig) };
+                let deadline = Instant::now() + Duration::from_secs(1);
+                while Instant::now() < deadline {
+                    if !matches!(c.try_wait(), Ok(None)) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
             let _ = c.wait();
         }
     }
@@ -122,6 +266,72 @@ fn median(v: &mut [f64]) -> f64 {
         v[n / 2]
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// splitmix64: the bootstrap's resampling needs a few thousand uniform
+/// indices, the same on every run (a report does not change when run
+/// twice on the same samples); not worth a dependency.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// A 95 % bootstrap interval of `f` over `rounds` rounds: the rounds are
+/// resampled with replacement and `f` (a statistic of the rounds whose
+/// indices it is given; None where it is undefined, e.g. a non-positive
+/// denominator) evaluated on each resample. None when more than 2.5 % of
+/// the resamples leave it undefined: then no interval bounds it.
+fn bootstrap(rounds: usize, f: impl Fn(&[usize]) -> Option<f64>) -> Option<(f64, f64)> {
+    if rounds == 0 {
+        return None;
+    }
+    let mut rng = SplitMix(0x5eed_5017_c0de_0016);
+    let mut values = Vec::with_capacity(RESAMPLES);
+    let mut idx = vec![0usize; rounds];
+    for _ in 0..RESAMPLES {
+        for i in idx.iter_mut() {
+            *i = (rng.next() % rounds as u64) as usize;
+        }
+        if let Some(v) = f(&idx) {
+            values.push(v);
+        }
+    }
+    if (values.len() as f64) < RESAMPLES as f64 * 0.975 {
+        return None;
+    }
+    values.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize];
+    Some((at(0.025), at(0.975)))
+}
+
+/// The median of the samples at `idx`.
+fn median_at(v: &[f64], idx: &[usize]) -> f64 {
+    let mut s: Vec<f64> = idx.iter().map(|&i| v[i]).collect();
+    median(&mut s)
+}
+
+/// `num / den` as text: a ratio only when the denominator is positive.
+fn ratio_text(num: f64, den: f64) -> String {
+    if den > 0.0 {
+        format!("{:.2}x", num / den)
+    } else {
+        format!("n/a (denominator {den:+.0} ns ≤ 0)")
+    }
+}
+
+/// A bootstrap interval as text.
+fn interval_text(iv: Option<(f64, f64)>) -> String {
+    match iv {
+        Some((lo, hi)) => format!("[{lo:.2}-{hi:.2}]"),
+        None => "[unbounded: a denominator ≤ 0 in some resamples]".to_string(),
     }
 }
 
@@ -156,18 +366,37 @@ fn spawn_until(mut cmd: Command, ready: &str, on_stdout: bool) -> Result<Child> 
     Ok(child)
 }
 
-/// Loads `object` and attaches its programs `enter` and `exit` to
-/// raw_syscalls sys_enter and sys_exit.
-fn attach_pair(object: &[u8], enter: &str, exit: &str) -> Result<Ebpf> {
-    let btf = Btf::from_sys_fs()?;
-    // aya 0.14 has no type for task storage maps; the kernel does.
-    let mut ebpf = aya::EbpfLoader::new().allow_unsupported_maps().load(object)?;
-    for (name, tp) in [(enter, "sys_enter"), (exit, "sys_exit")] {
-        let p: &mut BtfTracePoint = ebpf.program_mut(name).ok_or(anyhow!("no {name}"))?.try_into()?;
-        p.load(tp, &btf)?;
-        p.attach()?;
-    }
-    Ok(ebpf)
+/// Events `sonic-probe trace` says it lost (its stderr's "lost N events").
+fn parse_lost(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .filter_map(|l| l.split("lost ").nth(1)?.split_whitespace().next()?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// CPU time of the children reaped so far (user + system), seconds.
+fn children_cpu() -> f64 {
+    // SAFETY: getrusage writes into the struct we pass.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru);
+        ru
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(ru.ru_utime) + secs(ru.ru_stime)
+}
+
+/// Clock ticks of user + system time of a live process.
+fn process_ticks(pid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let f: Vec<&str> = stat.rsplit_once(')').map(|x| x.1).unwrap_or("").split_whitespace().collect();
+    Ok(f[11].parse::<u64>()? + f[12].parse::<u64>()?)
+}
+
+fn clock_ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) as f64 }
 }
 
 fn parse_ns(out: &str) -> Result<f64> {
@@ -177,34 +406,146 @@ fn parse_ns(out: &str) -> Result<f64> {
         .ok_or_else(|| anyhow!("no ns_per_call in {out:?}"))
 }
 
+/// One kernel-side sample: a run of sp-bench CALL with statistics on.
+#[derive(Debug, Clone, Copy)]
+struct KernelSample {
+    /// ns per invocation of the sys_enter program(s).
+    enter: f64,
+    /// ns per invocation of the sys_exit program(s).
+    exit: f64,
+    /// Share of the invocations that were not the benchmark's own calls
+    /// (other processes on the host; the programs run for every call).
+    background: f64,
+}
+
+impl KernelSample {
+    /// ns per traced call: its entry plus its exit.
+    fn per_call(&self) -> f64 {
+        self.enter + self.exit
+    }
+}
+
+/// The machine's facts that explain why the same programs cost more on one
+/// machine than on another: CPU, the kernel's Spectre/return-thunk
+/// mitigations (retpolines make every indirect call dear, return thunks
+/// every return), the clock source bpf_ktime_get_ns reads, the BPF JIT.
+pub fn machine_facts() -> String {
+    let read =
+        |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_else(|_| "?".into());
+    let cpuinfo = read("/proc/cpuinfo");
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name")?.split_once(':').map(|x| x.1.trim().to_string()))
+        .unwrap_or_else(|| "?".into());
+    let hypervisor =
+        cpuinfo.lines().any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "hypervisor"));
+    let uname = Command::new("uname")
+        .arg("-r")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|_| "?".into());
+    let mut out = String::from("## Machine\n\n| fact | value |\n|---|---|\n");
+    let _ = writeln!(out, "| kernel | {uname} |");
+    let _ = writeln!(
+        out,
+        "| CPU | {model}, {} CPUs{} |",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        if hypervisor { ", virtual machine" } else { "" }
+    );
+    let _ = writeln!(
+        out,
+        "| clock source | {} (available: {}) |",
+        read("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
+        read("/sys/devices/system/clocksource/clocksource0/available_clocksource")
+    );
+    let _ = writeln!(
+        out,
+        "| BPF JIT | bpf_jit_enable={}, bpf_jit_harden={} |",
+        read("/proc/sys/net/core/bpf_jit_enable"),
+        read("/proc/sys/net/core/bpf_jit_harden")
+    );
+    let _ = writeln!(
+        out,
+        "| kernel.bpf_stats_enabled (sysctl, before the run) | {} |",
+        read("/proc/sys/kernel/bpf_stats_enabled")
+    );
+    // Every vulnerability the kernel reports, the ones on the traced path
+    // first; those it is not affected by in one line.
+    let dir = "/sys/devices/system/cpu/vulnerabilities";
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    names.sort_by_key(|n| {
+        (!matches!(n.as_str(), "spectre_v2" | "retbleed" | "spec_rstack_overflow" | "spectre_v1"), n.clone())
+    });
+    let mut unaffected = Vec::new();
+    for n in names {
+        let v = read(&format!("{dir}/{n}"));
+        if v == "Not affected" {
+            unaffected.push(n);
+        } else {
+            let _ = writeln!(out, "| {n} | {v} |");
+        }
+    }
+    if !unaffected.is_empty() {
+        let _ = writeln!(out, "| not affected | {} |", unaffected.join(", "));
+    }
+    out
+}
+
 impl Bench {
     pub fn new(root: &Path, smoke: bool) -> Bench {
+        let allowed = allowed_cpus();
+        let cpus =
+            (allowed.len() >= 2).then(|| Cpus { tracer: allowed[0], bench: allowed[allowed.len() - 1] });
         Bench {
             root: root.to_path_buf(),
             smoke,
             sonic: root.join("target/release/sonic-probe"),
             spbench: root.join("target/release/sp-bench"),
+            reference: root.join("target/release/sp-reference"),
+            cpus,
         }
+    }
+
+    /// Pins a tracer's process (and, unless told otherwise, its children)
+    /// to the tracer's CPU.
+    fn pin_tracer(&self, cmd: &mut Command) {
+        if let Some(c) = self.cpus {
+            pin(cmd, c.tracer);
+        }
+    }
+
+    /// sp-bench's arguments: CALL N, pinned to the benchmark's CPU.
+    fn bench_args(&self, call: &str, n: u64) -> Vec<String> {
+        let mut v = vec![call.to_string(), n.to_string()];
+        if let Some(c) = self.cpus {
+            v.extend(["--cpu".to_string(), c.bench.to_string()]);
+        }
+        v
     }
 
     fn attach(&self, t: Tracer) -> Result<Attached> {
         Ok(match t {
-            Tracer::Floor => {
-                Attached::Programs(attach_pair(sonic_probe_ebpf::FLOOR_OBJECT, "floor_enter", "floor_exit")?)
+            Tracer::Floor | Tracer::Minimal | Tracer::MinimalWithout(_) => {
+                let mut c = Command::new(&self.reference);
+                c.arg(t.short()).stdin(Stdio::piped());
+                self.pin_tracer(&mut c);
+                Attached::Process(spawn_until(c, "attached", false)?)
             }
-            Tracer::Minimal => Attached::Programs(attach_pair(
-                sonic_probe_ebpf::MINIMAL_OBJECT,
-                "minimal_enter",
-                "minimal_exit",
-            )?),
-            Tracer::SonicRun => {
+            Tracer::SonicRun | Tracer::SonicRunFallback => {
                 let mut c = Command::new(&self.sonic);
                 c.args(["run", "--listen", "127.0.0.1:0"]);
+                if t == Tracer::SonicRunFallback {
+                    c.env("SONIC_PROBE_FALLBACK", "all");
+                }
+                self.pin_tracer(&mut c);
                 Attached::Process(spawn_until(c, " ready in ", false)?)
             }
             Tracer::Bpftrace => {
                 let mut c = Command::new("bpftrace");
                 c.args(["-e", BPFTRACE]);
+                self.pin_tracer(&mut c);
                 let child = spawn_until(c, "Attaching", true)?;
                 std::thread::sleep(Duration::from_millis(500));
                 Attached::Process(child)
@@ -213,10 +554,11 @@ impl Bench {
         })
     }
 
-    /// The command that runs sp-bench under tracer `t`.
+    /// The command that runs sp-bench under tracer `t` (the tracers that
+    /// start it run on the tracer's CPU, sp-bench pins itself to its own).
     fn command(&self, t: Tracer, call: &str, n: u64) -> Command {
-        let bench_args = [call.to_string(), n.to_string()];
-        match t {
+        let bench_args = self.bench_args(call, n);
+        let mut c = match t {
             Tracer::SonicTrace => {
                 let mut c = Command::new(&self.sonic);
                 c.args(["trace", "-f", "-o", "/dev/null", "--"]).arg(&self.spbench).args(bench_args);
@@ -235,60 +577,189 @@ impl Bench {
             _ => {
                 let mut c = Command::new(&self.spbench);
                 c.args(bench_args);
-                c
+                return c;
             }
-        }
+        };
+        self.pin_tracer(&mut c);
+        c
     }
 
-    fn run_bench(&self, t: Tracer, call: &str) -> Result<f64> {
-        let out = self.command(t, call, t.iterations(self.smoke)).stderr(Stdio::null()).output()?;
+    /// ns per call of `n` iterations under `t`, and the events it lost
+    /// (sonic-probe trace; 0 for the others).
+    fn run_bench(&self, t: Tracer, call: &str, n: u64) -> Result<(f64, u64)> {
+        let out = self.command(t, call, n).output()?;
         if !out.status.success() {
             bail!("{} under {}: {}", call, t.name(), out.status);
         }
-        parse_ns(&String::from_utf8_lossy(&out.stdout))
+        Ok((
+            parse_ns(&String::from_utf8_lossy(&out.stdout))?,
+            parse_lost(&String::from_utf8_lossy(&out.stderr)),
+        ))
     }
 
-    /// Wall time of the diagnoses workload (the Python stand-in), seconds.
-    fn run_mixed(&self, t: Tracer) -> Result<f64> {
+    /// The kernel-side sample of `n` iterations of `call` under `t`, whose
+    /// programs are `programs` (None: those of the sonic-probe trace that
+    /// starts this very run). Statistics must be on. sp-bench waits (--wait)
+    /// until the counters are read, so neither its start-up nor the
+    /// tracer's is in the sample.
+    fn run_kernel(&self, t: Tracer, programs: Option<&Programs>, call: &str, n: u64) -> Result<KernelSample> {
+        let mut cmd = self.command(t, call, n);
+        cmd.arg("--wait").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
+        let mut child = cmd.spawn().with_context(|| format!("{} under {}", call, t.name()))?;
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut line = String::new();
+        stdout.read_line(&mut line)?;
+        if !line.contains("ready") {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("sp-bench under {} did not get ready: {line:?}", t.name());
+        }
+        let own;
+        let programs = match programs {
+            Some(p) => p,
+            None => {
+                own = Programs::of_process(child.id())?;
+                &own
+            }
+        };
+        let before = programs.snapshot()?;
+        child.stdin.take().expect("piped").write_all(b"x")?;
+        let mut rest = String::new();
+        stdout.read_to_string(&mut rest)?;
+        let status = child.wait()?;
+        let after = programs.snapshot()?;
+        if !status.success() {
+            bail!("{} under {} (kernel-side): {status}", call, t.name());
+        }
+        let (enter, invocations) = programs.per_invocation(&before, &after, Role::Enter)?;
+        let (exit, _) = programs.per_invocation(&before, &after, Role::Exit)?;
+        let own_calls = n * syscalls_per_iteration(call);
+        let background = (invocations.saturating_sub(own_calls)) as f64 / invocations as f64;
+        Ok(KernelSample { enter, exit, background })
+    }
+
+    /// A tenth of a run of every call, not measured: caches, page tables and
+    /// the tracer's lazily allocated state warm before the first sample.
+    fn warm_up(&self, t: Tracer) -> Result<()> {
+        for call in CALLS {
+            self.run_bench(t, call, (t.iterations(self.smoke) / 10).max(100))?;
+        }
+        Ok(())
+    }
+
+    /// The diagnoses workload (the Python stand-in): its own time from its
+    /// first request to its last, seconds (neither the tracer's nor the
+    /// interpreter's start-up is in it), and the events the tracer lost.
+    fn run_mixed(&self, t: Tracer) -> Result<(f64, u64)> {
         let sim = self.root.join("tests/workloads/sonic_sim.py");
         let dir = std::env::temp_dir().join("sonic-probe-bench-sim");
         let requests = if self.smoke { "3" } else { "20" };
-        let py = ["python3".to_string(), sim.to_string_lossy().into_owned()];
+        // The workload on the benchmark's CPU (taskset: under the tracers
+        // that start it, those stay on theirs).
+        let mut py: Vec<String> = Vec::new();
+        if let Some(c) = self.cpus {
+            py.extend(["taskset".into(), "-c".into(), c.bench.to_string()]);
+        }
+        py.extend(["python3".to_string(), sim.to_string_lossy().into_owned()]);
         let args = ["faulty", "--requests", requests, "--stall", "0", "--dir", dir.to_str().unwrap()];
         let mut cmd = match t {
             Tracer::SonicTrace => {
                 let mut c = Command::new(&self.sonic);
                 c.args(["trace", "-f", "-o", "/dev/null", "--"]).args(&py);
+                self.pin_tracer(&mut c);
                 c
             }
             Tracer::PerfTrace => {
                 let mut c = Command::new("perf");
                 c.args(["trace", "-s", "-o", "/dev/null", "--"]).args(&py);
+                self.pin_tracer(&mut c);
                 c
             }
             Tracer::Strace => {
                 let mut c = Command::new("strace");
                 c.args(["-f", "-c", "-o", "/dev/null"]).args(&py);
+                self.pin_tracer(&mut c);
                 c
             }
             _ => {
                 let mut c = Command::new(&py[0]);
-                c.arg(&py[1]);
+                c.args(&py[1..]);
                 c
             }
         };
         cmd.args(args);
-        let start = Instant::now();
-        let out = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status()?;
-        if !out.success() {
-            bail!("mixed workload under {}: {out}", t.name());
+        let out = cmd.output()?;
+        if !out.status.success() {
+            bail!("mixed workload under {}: {}", t.name(), out.status);
         }
-        Ok(start.elapsed().as_secs_f64())
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let secs = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("elapsed="))
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| anyhow!("no elapsed= from the mixed workload: {stdout:?}"))?;
+        Ok((secs, parse_lost(&String::from_utf8_lossy(&out.stderr))))
+    }
+
+    /// CPU at `rate` traced calls/s (sp-bench read, paced) for `seconds`:
+    /// (the traced process's % of one core without a tracer, the same with
+    /// sonic-probe run attached, the daemon process's %).
+    fn cpu_at_rate(&self, rate: u64, seconds: u64) -> Result<(f64, f64, f64)> {
+        let paced = |daemon: Option<u32>| -> Result<(f64, f64)> {
+            let ticks_before = daemon.map(process_ticks).transpose()?;
+            let (cpu_before, t0) = (children_cpu(), Instant::now());
+            let status = Command::new(&self.spbench)
+                .args(self.bench_args("read", rate * seconds))
+                .args(["--rate", &rate.to_string()])
+                .stdout(Stdio::null())
+                .status()?;
+            if !status.success() {
+                bail!("sp-bench failed");
+            }
+            let elapsed = t0.elapsed().as_secs_f64();
+            let traced = 100.0 * (children_cpu() - cpu_before) / elapsed;
+            let daemon = match (daemon, ticks_before) {
+                (Some(pid), Some(before)) => {
+                    100.0 * (process_ticks(pid)? - before) as f64 / clock_ticks_per_second() / elapsed
+                }
+                _ => 0.0,
+            };
+            Ok((traced, daemon))
+        };
+        let (without, _) = paced(None)?;
+        let mut cmd = Command::new(&self.sonic);
+        cmd.args(["run", "--listen", "127.0.0.1:0"]);
+        self.pin_tracer(&mut cmd);
+        let child = spawn_until(cmd, " ready in ", false)?;
+        let pid = child.id();
+        let attached = Attached::Process(child);
+        let (with, daemon) = paced(Some(pid))?;
+        drop(attached);
+        Ok((without, with, daemon))
     }
 }
 
-/// Per tracer, per call: the samples (ns per call; seconds for "mixed").
+/// Per tracer, per call: the samples (ns per call; seconds for "mixed"),
+/// one per round, in round order.
 type Samples = BTreeMap<Tracer, BTreeMap<String, Vec<f64>>>;
+
+/// Per tracer, per call: the kernel-side samples, one per round.
+type KernelSamples = BTreeMap<Tracer, BTreeMap<String, Vec<KernelSample>>>;
+
+/// What a run measured besides the samples.
+#[derive(Default)]
+struct Extra {
+    kernel: KernelSamples,
+    /// Per call ("mixed" too): events sonic-probe trace lost, per run.
+    trace_lost: BTreeMap<String, Vec<u64>>,
+    /// Per round: (traced process % without a tracer, with sonic-probe
+    /// run, the daemon's %), at CPU_RATE.
+    cpu: Vec<(f64, f64, f64)>,
+    /// (round, tracer) whose programs counted runs while this bench had
+    /// statistics off: another process had them on, and that tracer's
+    /// wall-clock samples of that round include their cost.
+    stats_on_elsewhere: Vec<(usize, Tracer)>,
+}
 
 fn stats(v: &[f64]) -> (f64, f64, f64) {
     let mut v = v.to_vec();
@@ -299,47 +770,477 @@ fn stats(v: &[f64]) -> (f64, f64, f64) {
 pub fn run(root: &Path, smoke: bool, rounds: usize, tracers: &[Tracer]) -> Result<String> {
     let b = Bench::new(root, smoke);
     let mut samples: Samples = BTreeMap::new();
+    let mut extra = Extra::default();
+    let cpu_seconds = if smoke { 2 } else { 10 };
+    let measure_cpu = tracers.contains(&Tracer::None) && tracers.contains(&Tracer::SonicRun);
+    // With the minimal tracer, its copies without one piece each (kernel-side
+    // only), in the same rotation.
+    let mut all: Vec<Tracer> = tracers.to_vec();
+    if tracers.contains(&Tracer::Minimal) {
+        all.extend((0..PIECES.len()).map(Tracer::MinimalWithout));
+    }
+    match b.cpus {
+        Some(c) => eprintln!("== benchmark on CPU {}, tracers on CPU {}", c.bench, c.tracer),
+        None => eprintln!("== one CPU: nothing pinned"),
+    }
     for round in 0..rounds {
-        eprintln!("== round {}/{rounds}", round + 1);
-        for &t in tracers {
+        // Each round starts one tracer later than the last.
+        let order: Vec<Tracer> = (0..all.len()).map(|i| all[(i + round) % all.len()]).collect();
+        eprintln!(
+            "== round {}/{rounds}: {}",
+            round + 1,
+            order.iter().map(|t| t.short()).collect::<Vec<_>>().join(" ")
+        );
+        for t in order {
             let attached = b.attach(t).with_context(|| format!("attaching {}", t.name()))?;
-            for call in CALLS {
-                let ns = b.run_bench(t, call)?;
-                samples.entry(t).or_default().entry(call.to_string()).or_default().push(ns);
+            let programs = match &attached {
+                Attached::Process(c) if t.kernel_side() => {
+                    Some(Programs::of_process(c.id()).with_context(|| format!("programs of {}", t.name()))?)
+                }
+                _ => None,
+            };
+            b.warm_up(t).with_context(|| format!("warming up {}", t.name()))?;
+            if !t.kernel_only() {
+                let before = programs.as_ref().map(|p| p.snapshot()).transpose()?;
+                for call in CALLS {
+                    let (ns, lost) = b.run_bench(t, call, t.iterations(smoke))?;
+                    samples.entry(t).or_default().entry(call.to_string()).or_default().push(ns);
+                    if t == Tracer::SonicTrace {
+                        extra.trace_lost.entry(call.to_string()).or_default().push(lost);
+                    }
+                }
+                if let (Some(p), Some(before)) = (&programs, &before) {
+                    if Programs::ran(before, &p.snapshot()?) {
+                        extra.stats_on_elsewhere.push((round, t));
+                    }
+                }
+                let (s, lost) = b.run_mixed(t)?;
+                samples.entry(t).or_default().entry("mixed".into()).or_default().push(s);
+                if t == Tracer::SonicTrace {
+                    extra.trace_lost.entry("mixed".into()).or_default().push(lost);
+                }
             }
-            let s = b.run_mixed(t)?;
-            samples.entry(t).or_default().entry("mixed".into()).or_default().push(s);
+            if t.kernel_side() {
+                let on = bpfstats::enable()?;
+                for call in CALLS {
+                    let k = b
+                        .run_kernel(t, programs.as_ref(), call, kernel_iterations(smoke))
+                        .with_context(|| format!("kernel-side {call} under {}", t.name()))?;
+                    extra.kernel.entry(t).or_default().entry(call.to_string()).or_default().push(k);
+                }
+                drop(on);
+            }
             drop(attached);
-            eprintln!("   {:<32} read {:>8.0} ns", t.name(), samples[&t]["read"].last().unwrap());
+            let wall = samples.get(&t).map(|s| format!("read {:>6.0} ns", s["read"].last().unwrap()));
+            let kernel = extra.kernel.get(&t).map(|k| {
+                let s = k["read"].last().unwrap();
+                format!("kernel-side read {:>4.0} ns per call ({:.0} + {:.0})", s.per_call(), s.enter, s.exit)
+            });
+            eprintln!("   {:<32} {}  {}", t.name(), wall.unwrap_or_default(), kernel.unwrap_or_default());
+        }
+        if measure_cpu {
+            let c = b.cpu_at_rate(CPU_RATE, cpu_seconds)?;
+            eprintln!(
+                "   at {CPU_RATE} calls/s: traced process {:.2}% -> {:.2}%, daemon {:.2}% of one core",
+                c.0, c.1, c.2
+            );
+            extra.cpu.push(c);
         }
     }
-    Ok(report(&samples, tracers, rounds))
+    // This run's kernel-side medians, kept for the next run to compare with:
+    // two consecutive runs that agree within 10 % are the bench's own test
+    // of its figures (issue 16).
+    let dir = root.join("target/bench");
+    let saved = dir.join(if smoke { "kernel-side-smoke.json" } else { "kernel-side.json" });
+    let previous: Option<KernelMedians> =
+        std::fs::read_to_string(&saved).ok().and_then(|s| serde_json::from_str(&s).ok());
+    let now = kernel_medians(&extra.kernel);
+    let mut out = report(&b, &samples, &extra, tracers, rounds, smoke);
+    if let Some(previous) = previous {
+        let section = against_previous(&extra.kernel, &now, &previous, &saved);
+        // Right after the kernel-side section, before the wall clock.
+        match out.find("## Wall clock") {
+            Some(at) => out.insert_str(at, &section),
+            None => out.push_str(&section),
+        }
+    }
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(&saved, serde_json::to_string_pretty(&now)?)?;
+    Ok(out)
 }
 
-fn report(samples: &Samples, tracers: &[Tracer], rounds: usize) -> String {
+/// Kernel-side median ns per traced call, by tracer (short name) and call.
+type KernelMedians = BTreeMap<String, BTreeMap<String, f64>>;
+
+fn kernel_medians(k: &KernelSamples) -> KernelMedians {
+    k.iter()
+        .map(|(t, calls)| {
+            let per_call = calls
+                .iter()
+                .map(|(c, v)| {
+                    let mut x: Vec<f64> = v.iter().map(KernelSample::per_call).collect();
+                    (c.clone(), median(&mut x))
+                })
+                .collect();
+            (t.short().to_string(), per_call)
+        })
+        .collect()
+}
+
+/// Largest relative difference a figure may have from the previous run's
+/// for the two runs to agree.
+const AGREEMENT: f64 = 0.10;
+
+/// This run's kernel-side medians next to the previous run's (the last
+/// `cargo xtask bench` on this machine, target/bench/kernel-side.json), and
+/// whether they agree within AGREEMENT.
+fn against_previous(
+    k: &KernelSamples,
+    now: &KernelMedians,
+    previous: &KernelMedians,
+    saved: &Path,
+) -> String {
+    let mut out = format!(
+        "### Kernel-side per call against the previous run ({}): this run / previous, difference\n\n",
+        saved.display()
+    );
+    let _ = writeln!(out, "| tracer | {} |\n|---|{}", CALLS.join(" | "), "---|".repeat(CALLS.len()));
+    let mut worst: Option<(f64, String)> = None;
+    for t in k.keys() {
+        let (Some(a), Some(b)) = (now.get(t.short()), previous.get(t.short())) else { continue };
+        let mut row = format!("| {} |", t.name());
+        for c in CALLS {
+            match (a.get(*c), b.get(*c)) {
+                (Some(&x), Some(&y)) if y > 0.0 => {
+                    let d = (x - y) / y;
+                    row.push_str(&format!(" {x:.0} / {y:.0}, {:+.1}% |", 100.0 * d));
+                    if worst.as_ref().is_none_or(|(w, _)| d.abs() > *w) {
+                        worst = Some((d.abs(), format!("{} {c}", t.short())));
+                    }
+                }
+                _ => row.push_str(" - |"),
+            }
+        }
+        let _ = writeln!(out, "{row}");
+    }
+    match worst {
+        Some((w, what)) => {
+            let _ = writeln!(
+                out,
+                "\nLargest difference: {:.1}% ({what}): the two runs {} within {:.0}%.\n",
+                100.0 * w,
+                if w <= AGREEMENT { "agree" } else { "do NOT agree" },
+                100.0 * AGREEMENT
+            );
+        }
+        None => out.push_str("\nNo tracer in common with the previous run.\n\n"),
+    }
+    out
+}
+
+/// The kernel-side sections: per traced call, per invocation, the ratios
+/// to the minimal tracer, the breakdown by removal.
+fn kernel_report(out: &mut String, extra: &Extra, tracers: &[Tracer], rounds: usize, smoke: bool) {
+    let k = &extra.kernel;
+    let per_call = |t: Tracer, c: &str| -> Vec<f64> { k[&t][c].iter().map(KernelSample::per_call).collect() };
+    let measured: Vec<Tracer> = tracers.iter().copied().filter(|t| k.contains_key(t)).collect();
+    if measured.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "## Kernel-side run time per traced call (BPF statistics; median of {rounds} round(s), min-max)\n"
+    );
+    let _ = writeln!(
+        out,
+        "ns the kernel spent in the tracer's sys_enter plus sys_exit programs per call (run_time_ns / \
+         run_cnt of each, BPF_ENABLE_STATS on only for these runs; {} iterations per sample). The \
+         statistics' own clock reads are in every figure alike (the floor's figure is mostly them); \
+         the scheduler and the neighbours are not. openat and mmap are the mean of the pair \
+         (openat+close, mmap+munmap), getppid is an untraced call (the programs return at once).\n",
+        kernel_iterations(smoke)
+    );
+    let _ = writeln!(out, "| tracer | {} |\n|---|{}", CALLS.join(" | "), "---|".repeat(CALLS.len()));
+    for &t in &measured {
+        let mut row = format!("| {} |", t.name());
+        for c in CALLS {
+            let (m, lo, hi) = stats(&per_call(t, c));
+            row.push_str(&format!(" {m:.1} ({lo:.1}-{hi:.1}) |"));
+        }
+        let _ = writeln!(out, "{row}");
+    }
+    // The programs run for every call on the host: a neighbour's calls
+    // during a sample are in its averages. Their share, to judge by.
+    let _ = writeln!(
+        out,
+        "\nShare of the programs' invocations that were not the benchmark's own calls (other \
+         processes, the tracer itself), median (max):\n"
+    );
+    let _ = writeln!(out, "| tracer | {} |\n|---|{}", CALLS.join(" | "), "---|".repeat(CALLS.len()));
+    for &t in &measured {
+        let mut row = format!("| {} |", t.name());
+        for c in CALLS {
+            let mut bg: Vec<f64> = k[&t][*c].iter().map(|s| 100.0 * s.background).collect();
+            let max = bg.iter().cloned().fold(0.0, f64::max);
+            row.push_str(&format!(" {:.1}% ({max:.1}%) |", median(&mut bg)));
+        }
+        let _ = writeln!(out, "{row}");
+    }
+
+    let _ = writeln!(out, "\n### Per program invocation: sys_enter / sys_exit, ns (median)\n");
+    let _ = writeln!(out, "| tracer | {} |\n|---|{}", CALLS.join(" | "), "---|".repeat(CALLS.len()));
+    for &t in &measured {
+        let mut row = format!("| {} |", t.name());
+        for c in CALLS {
+            let mut e: Vec<f64> = k[&t][*c].iter().map(|s| s.enter).collect();
+            let mut x: Vec<f64> = k[&t][*c].iter().map(|s| s.exit).collect();
+            row.push_str(&format!(" {:.1} / {:.1} |", median(&mut e), median(&mut x)));
+        }
+        let _ = writeln!(out, "{row}");
+    }
+
+    if k.contains_key(&Tracer::Minimal) {
+        let _ = writeln!(
+            out,
+            "\n### Kernel-side per call as a multiple of the minimal exact histogram's (median ratio, 95 % bootstrap interval)\n"
+        );
+        let _ = writeln!(out, "| tracer | {} |\n|---|{}", CALLS.join(" | "), "---|".repeat(CALLS.len()));
+        for &t in measured.iter().filter(|t| **t != Tracer::Minimal) {
+            let mut row = format!("| {} |", t.name());
+            for c in CALLS {
+                let (num, den) = (per_call(t, c), per_call(Tracer::Minimal, c));
+                let (mut a, mut b) = (num.clone(), den.clone());
+                let text = ratio_text(median(&mut a), median(&mut b));
+                let iv = bootstrap(num.len().min(den.len()), |idx| {
+                    let d = median_at(&den, idx);
+                    (d > 0.0).then(|| median_at(&num, idx) / d)
+                });
+                row.push_str(&format!(" {text} {} |", interval_text(iv)));
+            }
+            let _ = writeln!(out, "{row}");
+        }
+    }
+
+    let pieces: Vec<(usize, Tracer)> = (0..PIECES.len())
+        .map(|i| (i, Tracer::MinimalWithout(i)))
+        .filter(|(_, t)| k.contains_key(t))
+        .collect();
+    if k.contains_key(&Tracer::Minimal) && !pieces.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n### Where the minimal's time goes, by removal (kernel-side ns per call: the minimal minus the minimal without the piece; median, 95 % bootstrap interval)\n"
+        );
+        let _ =
+            writeln!(out, "| piece removed | {} |\n|---|{}", CALLS.join(" | "), "---|".repeat(CALLS.len()));
+        for (i, t) in pieces {
+            let mut row = format!("| {} |", PIECES[i].1);
+            for c in CALLS {
+                let (full, without) = (per_call(Tracer::Minimal, c), per_call(t, c));
+                let (mut a, mut b) = (full.clone(), without.clone());
+                let d = median(&mut a) - median(&mut b);
+                let iv = bootstrap(full.len().min(without.len()), |idx| {
+                    Some(median_at(&full, idx) - median_at(&without, idx))
+                });
+                let (lo, hi) = iv.unwrap_or((d, d));
+                row.push_str(&format!(" {d:+.1} [{lo:+.1} to {hi:+.1}] |"));
+            }
+            let _ = writeln!(out, "{row}");
+        }
+        if k.contains_key(&Tracer::Floor) {
+            let mut row = "| everything (the minimal minus the floor) |".to_string();
+            for c in CALLS {
+                let (mut a, mut b) = (per_call(Tracer::Minimal, c), per_call(Tracer::Floor, c));
+                row.push_str(&format!(" {:+.1} |", median(&mut a) - median(&mut b)));
+            }
+            let _ = writeln!(out, "{row}");
+        }
+    }
+    out.push('\n');
+}
+
+fn report(
+    b: &Bench,
+    samples: &Samples,
+    extra: &Extra,
+    tracers: &[Tracer],
+    rounds: usize,
+    smoke: bool,
+) -> String {
     let med = |t: Tracer, c: &str| stats(&samples[&t][c]).0;
     let mut out = String::new();
-    let _ = writeln!(out, "## Nanoseconds per call (median of {rounds} interleaved rounds, min-max)\n");
+    kernel_report(&mut out, extra, tracers, rounds, smoke);
+    let wall: Vec<Tracer> = tracers.iter().copied().filter(|t| !t.kernel_only()).collect();
+    let _ = writeln!(
+        out,
+        "## Wall clock: nanoseconds per call (median of {rounds} interleaved rounds, min-max)\n"
+    );
+    let _ = writeln!(
+        out,
+        "{}; warmed up; {} calls per sample ({} under perf, {} under strace). openat and mmap are \
+         the mean of the pair, as above.\n",
+        match b.cpus {
+            Some(c) => format!("Benchmark pinned to CPU {}, tracer processes to CPU {}", c.bench, c.tracer),
+            None => "One CPU: nothing pinned".to_string(),
+        },
+        Tracer::None.iterations(smoke),
+        Tracer::PerfTrace.iterations(smoke),
+        Tracer::Strace.iterations(smoke)
+    );
     let mut head = "| tracer |".to_string();
     for c in CALLS {
         head.push_str(&format!(" {c} |"));
     }
     head.push_str(" mixed workload (s) |");
     let _ = writeln!(out, "{head}\n|{}", "---|".repeat(CALLS.len() + 2));
-    for &t in tracers {
+    for &t in &wall {
         let mut row = format!("| {} |", t.name());
         for c in CALLS.iter().map(|c| c.to_string()).chain(["mixed".to_string()]) {
             let (m, lo, hi) = stats(&samples[&t][&c]);
             if c == "mixed" {
-                row.push_str(&format!(" {m:.2} ({lo:.2}-{hi:.2}) |"));
+                row.push_str(&format!(" {m:.3} ({lo:.3}-{hi:.3}) |"));
             } else {
                 row.push_str(&format!(" {m:.0} ({lo:.0}-{hi:.0}) |"));
             }
         }
         let _ = writeln!(out, "{row}");
     }
+    let _ = writeln!(
+        out,
+        "\nThe mixed workload's time is its own, from its first request to its last: \
+         no tracer's start-up is in it."
+    );
+    // Rounds whose baseline moved: no tracer at all measured slower than the
+    // empty programs (a neighbour took the CPU during none's sample, or left
+    // it during the floor's). Their samples stay in the medians, named here.
+    if samples.contains_key(&Tracer::None) && samples.contains_key(&Tracer::Floor) {
+        let mut moved = Vec::new();
+        for c in CALLS {
+            for (r, (n, f)) in samples[&Tracer::None][*c].iter().zip(&samples[&Tracer::Floor][*c]).enumerate()
+            {
+                if n >= f {
+                    moved.push(format!("round {} {c}: none {n:.0} ns ≥ floor {f:.0} ns", r + 1));
+                }
+            }
+        }
+        if moved.is_empty() {
+            let _ = writeln!(out, "\nBaseline: in every round and call, none was faster than the floor.");
+        } else {
+            let _ = writeln!(
+                out,
+                "\n**Baseline moved** (flagged samples; the medians keep them): {}.",
+                moved.join("; ")
+            );
+        }
+    }
+    if !extra.stats_on_elsewhere.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n**BPF statistics were on (another process) during the wall-clock samples of**: {}; those \
+             samples include the statistics' own cost.",
+            extra
+                .stats_on_elsewhere
+                .iter()
+                .map(|(r, t)| format!("round {} {}", r + 1, t.short()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    if !extra.trace_lost.is_empty() {
+        // Its times above are those of runs that lost calls: a lost call
+        // costs the traced process less than a delivered one.
+        let _ = writeln!(
+            out,
+            "\n### Events sonic-probe trace lost (ring buffer full), per run: median (max), \
+             and the median's share of the run's traced calls\n"
+        );
+        let _ = writeln!(
+            out,
+            "| | {} | mixed workload |\n|---|{}",
+            CALLS.join(" | "),
+            "---|".repeat(CALLS.len() + 1)
+        );
+        let mut row = "| sonic-probe trace -o /dev/null |".to_string();
+        for c in CALLS.iter().map(|c| c.to_string()).chain(["mixed".to_string()]) {
+            let mut v: Vec<f64> = extra.trace_lost[&c].iter().map(|&n| n as f64).collect();
+            let max = v.iter().cloned().fold(0.0, f64::max);
+            let m = median(&mut v);
+            let calls = match c.as_str() {
+                "mixed" => 0,
+                c => traced_per_iteration(c) * Tracer::SonicTrace.iterations(smoke),
+            };
+            if calls > 0 {
+                row.push_str(&format!(" {m:.0} ({max:.0}), {:.1}% |", 100.0 * m / calls as f64));
+            } else {
+                row.push_str(&format!(" {m:.0} ({max:.0}) |"));
+            }
+        }
+        let _ = writeln!(out, "{row}");
+    }
+    if !extra.cpu.is_empty() {
+        let pick = |f: fn(&(f64, f64, f64)) -> f64| {
+            let mut v: Vec<f64> = extra.cpu.iter().map(f).collect();
+            median(&mut v)
+        };
+        let (without, with, daemon) = (pick(|c| c.0), pick(|c| c.1), pick(|c| c.2));
+        let bpf = with - without;
+        let check = |v: f64| if v <= CPU_TARGET_PCT { "✓" } else { "✗" };
+        let added = med(Tracer::SonicRun, "read") - med(Tracer::None, "read");
+        let _ = writeln!(
+            out,
+            "\n## CPU of sonic-probe run at {}k traced calls/s (sp-bench read, paced; median of {} round(s))\n",
+            CPU_RATE / 1000,
+            extra.cpu.len()
+        );
+        let _ = writeln!(
+            out,
+            "The daemon's own CPU is not all of it: the BPF programs run in the traced processes, \
+             on their time, at every call. That share is the traced process's CPU with sonic-probe \
+             run attached minus without ({without:.2}% -> {with:.2}% of one core); from the \
+             per-call table it would be {added:.0} ns x {}k calls/s = {:.2}%.\n",
+            CPU_RATE / 1000,
+            added * CPU_RATE as f64 / 1e7
+        );
+        let _ = writeln!(out, "| where | % of one core | target |\n|---|---|---|");
+        let _ = writeln!(
+            out,
+            "| the daemon process (sonic-probe run) | {daemon:.2}% | <= {CPU_TARGET_PCT}% {} |",
+            check(daemon)
+        );
+        let _ = writeln!(
+            out,
+            "| its BPF programs, in the traced processes | {bpf:.2}% | <= {CPU_TARGET_PCT}% {} |",
+            check(bpf)
+        );
+        let _ = writeln!(
+            out,
+            "| both: what watching costs the host | {:.2}% | <= {CPU_TARGET_PCT}% {} |",
+            daemon + bpf,
+            check(daemon + bpf)
+        );
+    }
+    // The ratio of two tracers' added costs (each minus none), medians over
+    // the rounds, with its bootstrap interval; n/a when the denominator is
+    // not positive.
+    let added_ratio = |t: Tracer, reference: Tracer, c: &str| -> String {
+        let (tv, rv, nv) = (&samples[&t][c], &samples[&reference][c], &samples[&Tracer::None][c]);
+        let rounds = tv.len().min(rv.len()).min(nv.len());
+        let num = med(t, c) - med(Tracer::None, c);
+        let den = med(reference, c) - med(Tracer::None, c);
+        let iv = bootstrap(rounds, |idx| {
+            let (n, d) = (median_at(tv, idx) - median_at(nv, idx), median_at(rv, idx) - median_at(nv, idx));
+            (d > 0.0).then(|| n / d)
+        });
+        if den > 0.0 {
+            format!("{} {}", ratio_text(num, den), interval_text(iv))
+        } else {
+            ratio_text(num, den)
+        }
+    };
     if tracers.contains(&Tracer::None) && tracers.contains(&Tracer::Floor) {
-        let _ = writeln!(out, "\n## Added cost per call, as a multiple of the floor's added cost\n");
+        let _ = writeln!(
+            out,
+            "\n## Wall clock: added cost per call, as a multiple of the floor's added cost (95 % bootstrap interval)\n"
+        );
         let _ =
             writeln!(out, "The floor's added cost is floor minus none; a tracer's is tracer minus none.\n");
         let _ = writeln!(
@@ -348,12 +1249,14 @@ fn report(samples: &Samples, tracers: &[Tracer], rounds: usize) -> String {
             head.replace("mixed workload (s)", "mixed workload (time added)"),
             "---|".repeat(CALLS.len() + 2)
         );
-        for &t in tracers.iter().filter(|t| **t != Tracer::None) {
+        for &t in wall.iter().filter(|t| **t != Tracer::None) {
             let mut row = format!("| {} |", t.name());
             for c in CALLS {
-                let floor = med(Tracer::Floor, c) - med(Tracer::None, c);
-                let added = med(t, c) - med(Tracer::None, c);
-                row.push_str(&format!(" {:.2}x (+{added:.0} ns) |", added / floor));
+                row.push_str(&format!(
+                    " {} ({:+.0} ns) |",
+                    added_ratio(t, Tracer::Floor, c),
+                    med(t, c) - med(Tracer::None, c)
+                ));
             }
             // The workload's wall time moves by less than its noise for the
             // BPF tracers: a ratio to the floor would mean nothing there.
@@ -364,9 +1267,12 @@ fn report(samples: &Samples, tracers: &[Tracer], rounds: usize) -> String {
     }
     if tracers.contains(&Tracer::None) && tracers.contains(&Tracer::SonicRun) {
         let others: Vec<Tracer> =
-            tracers.iter().copied().filter(|t| !matches!(t, Tracer::None | Tracer::SonicRun)).collect();
+            wall.iter().copied().filter(|t| !matches!(t, Tracer::None | Tracer::SonicRun)).collect();
         if !others.is_empty() {
-            let _ = writeln!(out, "\n## sonic-probe run's added cost as a fraction of each tracer's\n");
+            let _ = writeln!(
+                out,
+                "\n## Wall clock: sonic-probe run's added cost as a fraction of each tracer's (95 % bootstrap interval)\n"
+            );
             let _ = writeln!(
                 out,
                 "| compared with | {} |\n|---|{}",
@@ -379,10 +1285,10 @@ fn report(samples: &Samples, tracers: &[Tracer], rounds: usize) -> String {
                     let run = med(Tracer::SonicRun, c) - med(Tracer::None, c);
                     let other = med(t, c) - med(Tracer::None, c);
                     let r = run / other;
-                    row.push_str(&if r < 0.1 {
+                    row.push_str(&if other > 0.0 && r > 0.0 && r < 0.1 {
                         format!(" 1/{:.0} |", 1.0 / r)
                     } else {
-                        format!(" {r:.2} |")
+                        format!(" {} |", added_ratio(Tracer::SonicRun, t, c))
                     });
                 }
                 let _ = writeln!(out, "{row}");
@@ -402,11 +1308,9 @@ pub fn daemon_load(root: &Path, rate: u64, seconds: u64) -> Result<(f64, u64, f6
     let ready_ms = started.elapsed().as_secs_f64() * 1000.0;
     let pid = child.id();
     let attached = Attached::Process(child);
-    let cpu = || -> Result<u64> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-        let f: Vec<&str> = stat.rsplit_once(')').map(|x| x.1).unwrap_or("").split_whitespace().collect();
-        Ok(f[11].parse::<u64>()? + f[12].parse::<u64>()?)
-    };
+    // The daemon process only: its BPF programs' cost, in the traced
+    // process, is measured by `run` (section "CPU of sonic-probe run").
+    let cpu = || process_ticks(pid);
     let before = cpu()?;
     let t0 = Instant::now();
     let n = (rate * seconds).to_string();
@@ -419,9 +1323,7 @@ pub fn daemon_load(root: &Path, rate: u64, seconds: u64) -> Result<(f64, u64, f6
     }
     let elapsed = t0.elapsed().as_secs_f64();
     let ticks = cpu()? - before;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    let cpu_pct = 100.0 * ticks as f64 / hz / elapsed;
+    let cpu_pct = 100.0 * ticks as f64 / clock_ticks_per_second() / elapsed;
     let rss_kib: u64 = std::fs::read_to_string(format!("/proc/{pid}/status"))?
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
@@ -592,4 +1494,63 @@ pub fn scaling(root: &Path) -> Result<String> {
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_non_positive_denominator_is_not_a_number() {
+        assert_eq!(ratio_text(30.0, 10.0), "3.00x");
+        assert!(ratio_text(30.0, 0.0).starts_with("n/a"));
+        assert!(ratio_text(-11.0, -1.0).starts_with("n/a"));
+    }
+
+    #[test]
+    fn bootstrap_interval_brackets_the_median_ratio_and_is_reproducible() {
+        let num = [200.0, 210.0, 190.0, 205.0, 195.0, 230.0, 185.0];
+        let den = [100.0, 101.0, 99.0, 100.0, 102.0, 98.0, 100.0];
+        let f = |idx: &[usize]| {
+            let d = median_at(&den, idx);
+            (d > 0.0).then(|| median_at(&num, idx) / d)
+        };
+        let (lo, hi) = bootstrap(num.len(), f).unwrap();
+        assert!(lo <= 2.0 && 2.0 <= hi && hi - lo < 0.5, "[{lo}, {hi}]");
+        assert_eq!(bootstrap(num.len(), f), Some((lo, hi)));
+    }
+
+    #[test]
+    fn bootstrap_gives_no_interval_when_the_denominator_can_be_non_positive() {
+        let num = [10.0, 12.0, 11.0, 9.0, 10.0];
+        let den = [5.0, -3.0, -4.0, 6.0, -2.0];
+        let f = |idx: &[usize]| {
+            let d = median_at(&den, idx);
+            (d > 0.0).then(|| median_at(&num, idx) / d)
+        };
+        assert_eq!(bootstrap(num.len(), f), None);
+    }
+
+    #[test]
+    fn runs_agree_within_ten_percent_or_say_they_do_not() {
+        let sample = |ns: f64| KernelSample { enter: ns / 2.0, exit: ns / 2.0, background: 0.0 };
+        let mut k: KernelSamples = BTreeMap::new();
+        k.entry(Tracer::Minimal).or_default().insert("read".into(), vec![sample(300.0)]);
+        let now = kernel_medians(&k);
+        assert_eq!(now["minimal"]["read"], 300.0);
+        let mut previous = now.clone();
+        previous.get_mut("minimal").unwrap().insert("read".into(), 290.0);
+        let saved = Path::new("kernel-side.json");
+        let text = against_previous(&k, &now, &previous, saved);
+        assert!(text.contains("300 / 290, +3.4%") && text.contains("the two runs agree"), "{text}");
+        previous.get_mut("minimal").unwrap().insert("read".into(), 250.0);
+        assert!(against_previous(&k, &now, &previous, saved).contains("do NOT agree"));
+    }
+
+    #[test]
+    fn every_piece_has_a_tracer_name() {
+        for (i, (piece, _)) in PIECES.iter().enumerate() {
+            assert_eq!(Tracer::MinimalWithout(i).short(), format!("minimal-without-{piece}"));
+        }
+    }
 }

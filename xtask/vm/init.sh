@@ -1,10 +1,13 @@
 #!/bin/busybox sh
-# PID 1 of the `cargo xtask vmtest` guest (see xtask/src/vmtest.rs): mounts
-# what sonic-probe and its tests need, runs the test binaries listed in
-# /vmtest/plan (one "BINARY TEST [retry]" a line), prints each outcome and the
+# PID 1 of the `cargo xtask vmtest` guest (see xtask/src/vmtest/mod.rs): mounts
+# what sonic-probe and its tests need, exports /vmtest/env (--env), then runs
+# /vmtest/command (`-- COMMAND`) if there is one, or else the test binaries
+# listed in /vmtest/plan (one "BINARY TEST RETRY" a line, RETRY one of -, retry
+# and retry-flaky-ok), prints each outcome, the kernel's warnings and the
 # result on the serial console, powers off.
 #
-# Lines starting with SONIC-VMTEST- are read by xtask; keep them in step.
+# Lines starting with SONIC-VMTEST- are read by xtask (guest.rs); keep them in
+# step.
 
 /bin/busybox mkdir -p /bin /sbin /usr/bin /usr/sbin /proc /sys /dev /tmp /run /root
 # --install finds busybox through /proc/self/exe.
@@ -30,44 +33,88 @@ echo "SONIC-VMTEST-KERNEL $(uname -r)"
 [ -e /sys/kernel/btf/vmlinux ] || echo "SONIC-VMTEST-WARNING no /sys/kernel/btf/vmlinux"
 
 export SONIC_PROBE_BIN=/vmtest/target/sonic-probe SONIC_PROBE_REQUIRE_PRIVILEGED=1 RUST_BACKTRACE=1
+# --env NAME=VALUE, after the defaults above so that it can change them.
+[ -f /vmtest/env ] && . /vmtest/env
+set -o pipefail
+# From here on, the kernel's log is what the tests (or the command) caused.
+dmesg -c >/dev/null
+
+# Kernel messages of level warning or worse since `dmesg -c`; any WARNING,
+# BUG, oops or call trace (a WARN_ON, say, in the verifier) is named apart:
+# xtask fails the run on those.
+kernel_log() {
+    dmesg -r >/tmp/kernel.log
+    grep '^<[0-4]>' /tmp/kernel.log | sed 's/^/SONIC-VMTEST-KERNEL-LOG /'
+    grep -E 'WARNING:|BUG:|kernel BUG|Oops|Call Trace|general protection fault' /tmp/kernel.log |
+        sed 's/^/SONIC-VMTEST-KERNEL-BUG /'
+}
+
+finish() {
+    sync
+    poweroff -f
+    # Should poweroff fail, PID 1 exiting panics the kernel: with panic=-1
+    # and qemu's -no-reboot that ends the VM too.
+    sleep 5
+    exit 1
+}
+
+if [ -f /vmtest/command ]; then
+    # Our binaries on PATH, ahead of the rest.
+    export PATH=/vmtest/target:$PATH
+    cd /root
+    echo "SONIC-VMTEST-COMMAND $(tail -n 1 /vmtest/command | sed 's/^exec //')"
+    # Through a pipe (as for the tests): no terminal, stdout and stderr in one.
+    sh /vmtest/command </dev/null 2>&1 | cat
+    rc=$?
+    echo "SONIC-VMTEST-COMMAND-EXIT $rc"
+    kernel_log
+    finish
+fi
+
 # One test per run, so that each has its own start and end on the console.
 # Output goes through a pipe, as under CI: a test's children inherit
 # stdout and stderr, and a terminal there behaves differently (`trace -y`
 # names a pipe but not a tty its process closed).
 # A test that hangs is killed after $TEST_TIMEOUT s, and the others still run.
 TEST_TIMEOUT=180
-set -o pipefail
 run() {
     timeout "$TEST_TIMEOUT" "/vmtest/target/deps/$1" --exact --test-threads=1 "$2" </dev/null 2>&1 | cat
     rc=$?
     [ "$rc" -ne 143 ] || echo "SONIC-VMTEST-TIMEOUT $1::$2 killed after $TEST_TIMEOUT s"
     return "$rc"
 }
-boot_log=$(dmesg | wc -l)
 failed=0
 while read -r bin test retry; do
     [ -n "$test" ] || continue
     echo "SONIC-VMTEST-TEST $bin::$test"
     if run "$bin" "$test"; then
-        echo "SONIC-VMTEST-DONE $bin::$test ok"
-    elif [ "$retry" = retry ] && echo "SONIC-VMTEST-RETRY $bin::$test" && run "$bin" "$test"; then
-        echo "SONIC-VMTEST-DONE $bin::$test ok-on-retry"
+        result=ok
+    elif [ "$retry" != retry ] && [ "$retry" != retry-flaky-ok ]; then
+        result=FAILED
     else
-        echo "SONIC-VMTEST-DONE $bin::$test FAILED"
-        failed=$((failed + 1))
+        echo "SONIC-VMTEST-RETRY $bin::$test"
+        if ! run "$bin" "$test"; then
+            result=FAILED
+        elif [ "$retry" = retry-flaky-ok ]; then
+            # Passed on the retry, and allowed to (xtask's ALLOWED_FLAKY).
+            result=ok-on-retry
+        else
+            # Passed on the retry only: flaky, a failure.
+            result=FLAKY
+        fi
     fi
+    echo "SONIC-VMTEST-DONE $bin::$test $result"
+    case "$result" in
+    ok | ok-on-retry) ;;
+    *) failed=$((failed + 1)) ;;
+    esac
 done </vmtest/plan
 
-# Kernel warnings and errors logged while the tests ran (the console hid them).
-dmesg -r | tail -n +$((boot_log + 1)) | grep '^<[0-4]>' | sed 's/^/SONIC-VMTEST-KERNEL-LOG /'
+kernel_log
 
 if [ "$failed" -eq 0 ]; then
     echo "SONIC-VMTEST-RESULT pass"
 else
     echo "SONIC-VMTEST-RESULT fail $failed"
 fi
-sync
-poweroff -f
-# Should poweroff fail, PID 1 exiting panics the kernel: with panic=-1 and
-# qemu's -no-reboot that ends the VM too.
-sleep 5
+finish

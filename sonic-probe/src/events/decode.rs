@@ -81,12 +81,6 @@ mod tests {
     use super::*;
     use sonic_probe_common::{comm_bytes, syscalls::OPENAT, FileCloseEvent, EMIT_PATH};
 
-    fn bytes_of<T: SharedStruct>(v: &T) -> Vec<u8> {
-        // SAFETY: T is plain old data with explicit padding.
-        unsafe { core::slice::from_raw_parts((v as *const T).cast::<u8>(), core::mem::size_of::<T>()) }
-            .to_vec()
-    }
-
     fn openat(path: &str) -> SyscallPathEvent {
         let mut ev = SyscallPathEvent::zeroed();
         ev.call.header = EventHeader { kind: EVENT_SYSCALL_PATH, tgid: 7, tid: 8, cpu: 1, time_ns: 99 };
@@ -101,7 +95,7 @@ mod tests {
 
     #[test]
     fn decodes_a_path_event() {
-        let Event::Call(c) = decode(&bytes_of(&openat("/models/x.pth"))).unwrap() else {
+        let Event::Call(c) = decode(openat("/models/x.pth").as_bytes()).unwrap() else {
             panic!("not a call")
         };
         assert_eq!(c.path_lossy().as_deref(), Some("/models/x.pth"));
@@ -117,7 +111,7 @@ mod tests {
         ev.header.tgid = 42;
         ev.exit_code = 256;
         ev.comm = comm_bytes("dd");
-        let Event::Process(p) = decode(&bytes_of(&ev)).unwrap() else { panic!() };
+        let Event::Process(p) = decode(ev.as_bytes()).unwrap() else { panic!() };
         assert_eq!((p.kind, p.tgid(), p.name()), (ProcessKind::Exit, 42, "dd".to_string()));
     }
 
@@ -128,30 +122,30 @@ mod tests {
         ev.header.tgid = 5;
         ev.fd = 9;
         ev.file.small_reads = 64;
-        let Event::FileClosed(f) = decode(&bytes_of(&ev)).unwrap() else { panic!() };
+        let Event::FileClosed(f) = decode(ev.as_bytes()).unwrap() else { panic!() };
         assert_eq!((f.tgid(), f.fd(), f.raw.file.small_reads), (5, 9, 64));
-        assert!(decode(&bytes_of(&ev)[..30]).is_err());
+        assert!(decode(&ev.as_bytes()[..30]).is_err());
     }
 
     #[test]
     fn rejects_short_unknown_and_inconsistent_records() {
         assert_eq!(decode(&[0u8; 10]), Err(DecodeError::Short(10)));
-        let full = bytes_of(&openat("/x"));
+        let full = openat("/x").as_bytes().to_vec();
         assert!(matches!(decode(&full[..200]), Err(DecodeError::Truncated { kind: EVENT_SYSCALL_PATH, .. })));
         let mut unknown = full.clone();
         unknown[..4].copy_from_slice(&77u32.to_ne_bytes());
         assert_eq!(decode(&unknown), Err(DecodeError::UnknownKind(77)));
         let mut bad = openat("/x");
         bad.call.path_len = PATH_CAP as u16;
-        assert_eq!(decode(&bytes_of(&bad)), Err(DecodeError::BadPathLength(PATH_CAP as u16)));
+        assert_eq!(decode(bad.as_bytes()), Err(DecodeError::BadPathLength(PATH_CAP as u16)));
         let mut bad = openat("/x");
         bad.call.syscall = 999;
-        assert_eq!(decode(&bytes_of(&bad)), Err(DecodeError::UnknownSyscall(999)));
+        assert_eq!(decode(bad.as_bytes()), Err(DecodeError::UnknownSyscall(999)));
     }
 
     #[test]
     fn any_prefix_of_any_record_is_safe() {
-        let full = bytes_of(&openat("/models/lip_decoder.pth"));
+        let full = openat("/models/lip_decoder.pth").as_bytes().to_vec();
         for n in 0..full.len() {
             let _ = decode(&full[..n]);
         }

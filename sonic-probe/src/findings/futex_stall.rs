@@ -16,12 +16,13 @@
 //!
 //! The thread that woke it, when the kernel saw the wake, is reported too.
 
-use std::collections::HashMap;
-
 use glob::Pattern;
 use sonic_probe_common::syscalls;
 
-use super::{prune, Detail, Detector, DetectorMetrics, Input, LiveFile, Record, Settings};
+use super::{
+    state::{StateMap, Tracked},
+    Detail, Detector, DetectorMetrics, Input, LiveFile, Record, Settings,
+};
 use crate::{events::Event, futex};
 
 pub struct FutexStall {
@@ -31,7 +32,8 @@ pub struct FutexStall {
     window_ns: u64,
     max: usize,
     /// (incarnation, tid) -> the thread's stalls.
-    records: HashMap<(u64, u32), Record>,
+    /// (incarnation, tid) -> its stalls: every one is a finding.
+    records: StateMap<(u64, u32), Record>,
 }
 
 impl FutexStall {
@@ -42,7 +44,7 @@ impl FutexStall {
             ignore_threads: s.stall_ignore_threads.clone(),
             window_ns: s.window.as_nanos() as u64,
             max: s.max_findings,
-            records: HashMap::new(),
+            records: StateMap::new("futex_stall", |k: &(u64, u32)| k.0, s.max_findings),
         }
     }
 
@@ -77,7 +79,7 @@ impl Detector for FutexStall {
         let waker_thread = c.waker_name();
         let comm = c.process_name();
         metrics.add_stall(&comm, &thread);
-        let rec = self.records.entry((input.incarnation, c.tid())).or_insert_with(|| Record {
+        let rec = self.records.map.entry((input.incarnation, c.tid())).or_insert_with(|| Record {
             detail: Detail::FutexStall {
                 tid: c.tid(),
                 thread: thread.clone(),
@@ -89,6 +91,7 @@ impl Detector for FutexStall {
                 count: 0,
             },
             pid: c.tgid(),
+            incarnation: input.incarnation,
             comm: comm.clone(),
             first_ns: end,
             last_ns: end,
@@ -128,9 +131,27 @@ impl Detector for FutexStall {
         self.max = fresh.max;
     }
 
-    fn findings(&mut self, now_ns: u64, _live: &[LiveFile<'_>], out: &mut Vec<Record>) {
-        prune(&mut self.records, |r| r.last_ns, now_ns.saturating_sub(self.window_ns), self.max);
-        out.extend(self.records.values().cloned());
+    fn findings(
+        &mut self,
+        now_ns: u64,
+        _live: &[LiveFile<'_>],
+        out: &mut Vec<Record>,
+        metrics: &mut DetectorMetrics,
+    ) {
+        self.records.prune(now_ns.saturating_sub(self.window_ns), self.max, metrics);
+        out.extend(self.records.map.values().cloned());
+    }
+}
+
+impl Tracked for Record {
+    fn last_ns(&self) -> u64 {
+        self.last_ns
+    }
+    fn reported(&self) -> bool {
+        true
+    }
+    fn hits(&self) -> u64 {
+        1
     }
 }
 

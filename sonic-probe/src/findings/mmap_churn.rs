@@ -15,7 +15,10 @@ use std::{collections::HashMap, sync::Arc};
 
 use sonic_probe_common::syscalls;
 
-use super::{prune, Detail, Detector, DetectorMetrics, Input, LiveFile, Record, Settings};
+use super::{
+    state::{StateMap, Tracked},
+    Detail, Detector, DetectorMetrics, Input, LiveFile, Record, Settings,
+};
 use crate::events::Event;
 
 /// Large mappings remembered at once (over all processes).
@@ -34,6 +37,20 @@ struct Group {
     cycles: u64,
     first_ns: u64,
     last_ns: u64,
+    /// Enough cycles for a finding.
+    reported: bool,
+}
+
+impl Tracked for Group {
+    fn last_ns(&self) -> u64 {
+        self.last_ns
+    }
+    fn reported(&self) -> bool {
+        self.reported
+    }
+    fn hits(&self) -> u64 {
+        self.cycles
+    }
 }
 
 type GroupKey = (u64, u64, Option<Arc<str>>);
@@ -47,7 +64,7 @@ pub struct MmapChurn {
     /// (incarnation, address) -> a large mapping not yet unmapped.
     regions: HashMap<(u64, u64), Region>,
     /// (incarnation, size, path) -> cycles.
-    groups: HashMap<GroupKey, Group>,
+    groups: StateMap<GroupKey, Group>,
 }
 
 impl MmapChurn {
@@ -59,7 +76,7 @@ impl MmapChurn {
             window_ns: s.window.as_nanos() as u64,
             max: s.max_findings,
             regions: HashMap::new(),
-            groups: HashMap::new(),
+            groups: StateMap::new("mmap_churn", |k: &GroupKey| k.0, s.max_findings),
         }
     }
 }
@@ -99,19 +116,26 @@ impl Detector for MmapChurn {
                     return;
                 }
                 let comm = c.process_name();
-                let g = self.groups.entry((input.incarnation, r.len, r.path)).or_insert_with(|| Group {
+                let key = (input.incarnation, r.len, r.path);
+                let new = (!self.groups.map.contains_key(&key)).then(|| key.clone());
+                let g = self.groups.map.entry(key).or_insert_with(|| Group {
                     pid: c.tgid(),
                     comm: comm.clone(),
                     cycles: 0,
                     first_ns: r.mapped_ns,
                     last_ns: t,
+                    reported: false,
                 });
                 g.cycles += 1;
                 g.last_ns = t;
                 if g.cycles == self.min_cycles {
+                    g.reported = true;
                     metrics.add_churn(&comm, g.cycles);
                 } else if g.cycles > self.min_cycles {
                     metrics.add_churn(&comm, 1);
+                }
+                if let Some(key) = new {
+                    self.groups.inserted(key, metrics);
                 }
             }
             _ => {}
@@ -125,13 +149,26 @@ impl Detector for MmapChurn {
         self.min_cycles = fresh.min_cycles;
         self.window_ns = fresh.window_ns;
         self.max = fresh.max;
+        self.groups.set_max_findings(s.max_findings);
     }
 
-    fn findings(&mut self, now_ns: u64, _live: &[LiveFile<'_>], out: &mut Vec<Record>) {
+    fn exited(&mut self, incarnation: u64) {
+        // The kernel tears the address space down without munmap calls.
+        self.regions.retain(|(inc, _), _| *inc != incarnation);
+        self.groups.exited(incarnation);
+    }
+
+    fn findings(
+        &mut self,
+        now_ns: u64,
+        _live: &[LiveFile<'_>],
+        out: &mut Vec<Record>,
+        metrics: &mut DetectorMetrics,
+    ) {
         let oldest = now_ns.saturating_sub(self.cycle_ns);
         self.regions.retain(|_, r| r.mapped_ns >= oldest);
-        prune(&mut self.groups, |g| g.last_ns, now_ns.saturating_sub(self.window_ns), self.max);
-        for ((_, size, path), g) in &self.groups {
+        self.groups.prune(now_ns.saturating_sub(self.window_ns), self.max, metrics);
+        for ((inc, size, path), g) in &self.groups.map {
             if g.cycles < self.min_cycles {
                 continue;
             }
@@ -142,6 +179,7 @@ impl Detector for MmapChurn {
                     path: path.as_ref().map(|p| p.to_string()),
                 },
                 pid: g.pid,
+                incarnation: *inc,
                 comm: g.comm.clone(),
                 first_ns: g.first_ns,
                 last_ns: g.last_ns,

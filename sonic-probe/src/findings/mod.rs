@@ -4,19 +4,30 @@
 //! Events flow in through [`Engine::observe`]: the engine first keeps its
 //! descriptor table ([`files`]) current, then shows the event to every
 //! [`Detector`], one module per problem. [`Engine::findings`] asks each
-//! detector for its current findings. Everything is bounded: each detector
-//! keeps at most `max_findings` records, drops those not seen for
-//! `window`, and its per-process working state is capped too.
+//! detector for its current findings and folds the same problem of many
+//! exited processes into one finding ([`merge`]). Everything is bounded:
+//! each detector keeps at most `max_findings` findings, drops those not seen
+//! for `window`, and its working state is capped with a fair share per
+//! process that never evicts a finding ([`state`]).
+//!
+//! Watching a whole host, most of what the detectors see is churn: tools
+//! that run for milliseconds and do the same harmless things at every
+//! start. The rules tell a service's recurring problem from that (see each
+//! detector and docs/metrics.md, "What is not a finding"); `verbose` turns
+//! those rules off.
 //!
 //! Times inside are CLOCK_MONOTONIC nanoseconds (the events' clock); they
 //! become RFC 3339 wall-clock times only on the way out.
 
 pub mod files;
 pub mod futex_stall;
+pub mod merge;
 pub mod mmap_churn;
+pub mod paths;
 pub mod repeated_open;
 pub mod service;
 pub mod small_reads;
+pub(crate) mod state;
 pub mod syscall_errors;
 
 use std::{
@@ -28,6 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::events::Event;
 pub use files::{FileTable, FileTotals, KnownFile};
+pub use paths::{show_paths, PathDisplay};
 pub use service::FindingsService;
 
 /// One finding, as GET /findings returns it.
@@ -35,12 +47,24 @@ pub use service::FindingsService;
 pub struct Finding {
     #[serde(flatten)]
     pub detail: Detail,
+    /// The process; for a problem of several processes, the one seen last.
     pub pid: u32,
     pub comm: String,
+    /// Processes with this problem (1 but for problems of processes that
+    /// have exited, which are folded into one finding).
+    #[serde(default = "one")]
+    pub processes: u64,
+    /// A few of their pids, the most recently seen first.
+    #[serde(default)]
+    pub pids: Vec<u32>,
     /// RFC 3339.
     pub first_seen: String,
     /// RFC 3339.
     pub last_seen: String,
+}
+
+fn one() -> u64 {
+    1
 }
 
 /// What was found; `kind` names it in JSON.
@@ -97,6 +121,8 @@ impl Detail {
 pub struct Record {
     pub detail: Detail,
     pub pid: u32,
+    /// The process incarnation (see [`Input`]).
+    pub incarnation: u64,
     pub comm: String,
     pub first_ns: u64,
     pub last_ns: u64,
@@ -105,8 +131,9 @@ pub struct Record {
 /// What a detector sees of one event.
 pub struct Input<'a> {
     pub event: &'a Event,
-    /// The process's incarnation: a pid reused after an exit gets a new one,
-    /// so a new process never continues an old one's findings.
+    /// The process's incarnation: a pid reused after an exit, or a process
+    /// that exec'd a new program, gets a new one, so a new process (or
+    /// program) never continues an old one's findings.
     pub incarnation: u64,
     /// For a file-close event: the file, as the descriptor table knew it.
     pub closed: Option<&'a KnownFile>,
@@ -127,7 +154,15 @@ pub trait Detector: Send {
     fn observe(&mut self, input: &Input<'_>, metrics: &mut DetectorMetrics);
     /// Appends the current findings (at `now_ns`), dropping those older than
     /// the window. `live` are the files open right now.
-    fn findings(&mut self, now_ns: u64, live: &[LiveFile<'_>], out: &mut Vec<Record>);
+    fn findings(
+        &mut self,
+        now_ns: u64,
+        live: &[LiveFile<'_>],
+        out: &mut Vec<Record>,
+        metrics: &mut DetectorMetrics,
+    );
+    /// A process exited: its working state can go (its findings stay).
+    fn exited(&mut self, _incarnation: u64) {}
     /// New thresholds and windows (SIGHUP): state and findings are kept.
     fn reconfigure(&mut self, settings: &Settings);
 }
@@ -154,7 +189,17 @@ pub struct Settings {
     /// Paths never reported by repeated_open, small_reads and (as failing
     /// openat paths) syscall_errors.
     pub ignore_paths: Vec<glob::Pattern>,
+    /// Report everything: turns off the rules that keep one-off start-up
+    /// behaviour of short-lived processes out of the findings.
+    pub verbose: bool,
 }
+
+/// A problem recurs within a process when it shows again at least this long
+/// after it first showed: a tool's start-up (locale catalogs, config files
+/// it looks for, search-path probes) is over in milliseconds, a service's
+/// problem comes back with the next request. The stand-in's requests are
+/// half a second apart at the least.
+pub const RECUR_AFTER_NS: u64 = 400_000_000;
 
 /// Paths ignored by default: pseudo-files, and what the dynamic loader and
 /// the Python interpreter open (or probe for) on every start.
@@ -181,26 +226,6 @@ pub fn default_ignore_paths() -> Vec<glob::Pattern> {
     DEFAULT_IGNORE_PATHS.iter().map(|p| glob::Pattern::new(p).expect("valid default pattern")).collect()
 }
 
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            window: Duration::from_secs(600),
-            max_findings: 1000,
-            stall_threshold: Duration::from_secs(1),
-            stall_threads: Vec::new(),
-            stall_ignore_threads: Vec::new(),
-            repeated_open_count: 3,
-            repeated_open_window: Duration::from_secs(60),
-            small_read_bytes: 4096,
-            small_read_min_count: 8,
-            churn_bytes: 16 << 20,
-            churn_window: Duration::from_secs(60),
-            churn_cycles: 2,
-            ignore_paths: default_ignore_paths(),
-        }
-    }
-}
-
 /// Distinct label sets each detector counter keeps; more fold into "other".
 pub const MAX_METRIC_KEYS: usize = 4096;
 
@@ -216,6 +241,11 @@ pub struct DetectorMetrics {
     pub mmap_churn: HashMap<String, u64>,
     /// comm -> longest stall still within the window (seconds).
     pub stall_max_seconds: HashMap<String, f64>,
+    /// (comm, syscall, errno) -> failures counted in syscall_errors findings.
+    pub recurring_errors: HashMap<(String, String, String), u64>,
+    /// (kind, state) -> states evicted: "working" state evicted for room,
+    /// "finding"s dropped beyond --max-findings.
+    pub evictions: HashMap<(&'static str, &'static str), u64>,
 }
 
 fn bump<K: Eq + std::hash::Hash>(map: &mut HashMap<K, u64>, key: K, other: K, n: u64) {
@@ -236,6 +266,20 @@ impl DetectorMetrics {
 
     pub fn add_churn(&mut self, comm: &str, n: u64) {
         bump(&mut self.mmap_churn, comm.to_string(), crate::labels::OTHER.to_string(), n);
+    }
+
+    pub fn add_recurring_errors(&mut self, comm: &str, syscall: &str, errno: &str, n: u64) {
+        let other = (crate::labels::OTHER.to_string(), syscall.to_string(), errno.to_string());
+        bump(
+            &mut self.recurring_errors,
+            (comm.to_string(), syscall.to_string(), errno.to_string()),
+            other,
+            n,
+        );
+    }
+
+    pub fn add_evictions(&mut self, kind: &'static str, state: &'static str, n: u64) {
+        *self.evictions.entry((kind, state)).or_default() += n;
     }
 }
 
@@ -336,8 +380,14 @@ impl Engine {
             d.observe(&input, &mut self.metrics);
         }
         if let Event::Process(p) = event {
-            if p.kind == crate::events::ProcessKind::Exit {
+            if p.kind != crate::events::ProcessKind::Fork {
+                for d in &mut self.detectors {
+                    d.exited(incarnation);
+                }
                 // The pid may be reused: the next process with it is new.
+                // A program exec'd is a new start too: what a wrapper (a
+                // pyenv shim, a shell) failed at before the exec is not the
+                // program's.
                 self.incarnations.remove(&tgid);
             }
         }
@@ -355,7 +405,7 @@ impl Engine {
             .collect();
         let mut records = Vec::new();
         for d in &mut self.detectors {
-            d.findings(now_ns, &live_files, &mut records);
+            d.findings(now_ns, &live_files, &mut records, &mut self.metrics);
         }
         self.metrics.stall_max_seconds.clear();
         for r in &records {
@@ -364,15 +414,19 @@ impl Engine {
                 *m = m.max(wait_seconds);
             }
         }
-        records.sort_by_key(|r| std::cmp::Reverse(r.last_ns));
-        records
+        let incarnations = &self.incarnations;
+        let mut merged = merge::merge(records, |r| incarnations.get(&r.pid) == Some(&r.incarnation));
+        merged.sort_by_key(|m| std::cmp::Reverse(m.record.last_ns));
+        merged
             .into_iter()
-            .map(|r| Finding {
-                first_seen: self.clock.rfc3339(r.first_ns),
-                last_seen: self.clock.rfc3339(r.last_ns),
-                detail: r.detail,
-                pid: r.pid,
-                comm: r.comm,
+            .map(|m| Finding {
+                first_seen: self.clock.rfc3339(m.record.first_ns),
+                last_seen: self.clock.rfc3339(m.record.last_ns),
+                detail: m.record.detail,
+                pid: m.record.pid,
+                comm: m.record.comm,
+                processes: m.processes,
+                pids: m.pids,
             })
             .collect()
     }
@@ -391,24 +445,6 @@ impl Engine {
     /// The kernel holds nothing more about `tgid`'s descriptors.
     pub fn forget_files(&mut self, tgid: u32) {
         self.files.forget(tgid);
-    }
-}
-
-/// Keeps at most `max` records, dropping those not seen since `oldest_ns`
-/// and then the least recently seen.
-pub(crate) fn prune<K: Clone + Eq + std::hash::Hash, V>(
-    map: &mut HashMap<K, V>,
-    last_ns: impl Fn(&V) -> u64,
-    oldest_ns: u64,
-    max: usize,
-) {
-    map.retain(|_, v| last_ns(v) >= oldest_ns);
-    if map.len() > max {
-        let mut by_age: Vec<(u64, K)> = map.iter().map(|(k, v)| (last_ns(v), k.clone())).collect();
-        by_age.sort_by_key(|(t, _)| *t);
-        for (_, k) in by_age.into_iter().take(map.len() - max) {
-            map.remove(&k);
-        }
     }
 }
 
@@ -503,6 +539,8 @@ mod tests {
             },
             pid: 42,
             comm: "python3".into(),
+            processes: 1,
+            pids: vec![42],
             first_seen: "2026-01-01T00:00:00.000Z".into(),
             last_seen: "2026-01-01T00:00:01.000Z".into(),
         };
@@ -516,6 +554,20 @@ mod tests {
     }
 
     #[test]
+    fn an_exec_is_a_new_start() {
+        use crate::events::{ProcessChange, ProcessKind};
+        let mut e = Engine::new(&Settings::default());
+        e.observe(&openat(7, SEC, "/usr/share/locale/C/LC_MESSAGES/bash.mo", -2, 0));
+        let shim = e.incarnation(7);
+        let Event::Process(ProcessChange { raw, .. }) = exit(7, 2 * SEC) else { unreachable!() };
+        e.observe(&Event::Process(ProcessChange { kind: ProcessKind::Exec, raw }));
+        assert_ne!(e.incarnation(7), shim);
+        // The wrapper's one failure does not count toward the program's.
+        e.observe(&openat(7, 3 * SEC, "/usr/share/locale/C/LC_MESSAGES/bash.mo", -2, 0));
+        assert!(e.findings(4 * SEC, &[]).is_empty());
+    }
+
+    #[test]
     fn pid_reuse_starts_a_new_incarnation() {
         let mut e = Engine::new(&Settings::default());
         e.observe(&openat(7, SEC, "/m.pth", 3, 2));
@@ -526,20 +578,17 @@ mod tests {
     }
 
     #[test]
-    fn prune_bounds_and_ages() {
-        let mut m: HashMap<u32, u64> = (0..10).map(|i| (i, u64::from(i) * 10)).collect();
-        prune(&mut m, |v| *v, 20, 5);
-        assert_eq!(m.len(), 5);
-        assert!(m.values().all(|&v| v >= 50), "the newest five stay: {m:?}");
-    }
-
-    #[test]
     fn clock_maps_monotonic_to_wall_time() {
         let c = Clock::new();
         let now = monotonic_ns();
         let wall = c.wall(now);
-        let diff = SystemTime::now().duration_since(wall).unwrap_or_default();
-        assert!(diff < Duration::from_secs(1));
+        // The absolute difference: a wall time in the future is as wrong as
+        // one in the past (duration_since fails for it, with the distance).
+        let diff = match SystemTime::now().duration_since(wall) {
+            Ok(d) => d,
+            Err(e) => e.duration(),
+        };
+        assert!(diff < Duration::from_secs(1), "wall time off by {diff:?}");
         assert!(c.rfc3339(now).ends_with('Z'));
     }
 }

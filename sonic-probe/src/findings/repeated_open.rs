@@ -7,15 +7,22 @@
 //! counts every open of the run (a run ends when the window passes without
 //! an open) and the bytes read through those opens (from the kernel's
 //! per-descriptor totals at close, plus those of opens still open).
+//!
+//! Not a finding (unless `--findings-verbose`): opens for writing (a log
+//! appended to, a state file rewritten: written, not reloaded), and opens
+//! that all fall within [`super::RECUR_AFTER_NS`] of the first of the run:
+//! an interpreter's start-up opens locale.alias or gconv-modules.cache
+//! several times within milliseconds and never again, a service reloads its
+//! model with every request.
 
-use std::{
-    collections::{HashMap, VecDeque},
-    sync::Arc,
-};
+use std::{collections::VecDeque, sync::Arc};
 
 use sonic_probe_common::{file_class_name, syscalls};
 
-use super::{prune, Detail, Detector, DetectorMetrics, Input, LiveFile, Record, Settings};
+use super::{
+    state::{StateMap, Tracked},
+    Detail, Detector, DetectorMetrics, Input, LiveFile, Record, Settings, RECUR_AFTER_NS,
+};
 use crate::events::Event;
 
 /// Open times remembered per path (the window needs only `min_count`).
@@ -37,13 +44,28 @@ struct PathState {
     reported: bool,
 }
 
+impl Tracked for PathState {
+    fn last_ns(&self) -> u64 {
+        self.last_ns
+    }
+    fn reported(&self) -> bool {
+        self.reported
+    }
+    fn hits(&self) -> u64 {
+        self.opens
+    }
+}
+
+type Key = (u64, Arc<str>);
+
 pub struct RepeatedOpen {
     ignore: Vec<glob::Pattern>,
     min_count: u64,
     run_window_ns: u64,
     window_ns: u64,
     max: usize,
-    paths: HashMap<(u64, Arc<str>), PathState>,
+    verbose: bool,
+    paths: StateMap<Key, PathState>,
 }
 
 impl RepeatedOpen {
@@ -54,7 +76,8 @@ impl RepeatedOpen {
             run_window_ns: s.repeated_open_window.as_nanos() as u64,
             window_ns: s.window.as_nanos() as u64,
             max: s.max_findings,
-            paths: HashMap::new(),
+            verbose: s.verbose,
+            paths: StateMap::new("repeated_open", |k: &Key| k.0, s.max_findings),
         }
     }
 }
@@ -64,15 +87,18 @@ impl Detector for RepeatedOpen {
         match input.event {
             Event::Call(c) if c.raw.syscall == syscalls::OPENAT && c.raw.ret >= 0 => {
                 let Some(file) = input.files.get(c.tgid(), c.raw.ret as u32) else { return };
+                let writes = c.raw.args[2] & libc::O_ACCMODE as u64 != libc::O_RDONLY as u64;
                 if !file.is_regular()
                     || file.opened_ns != c.raw.header.time_ns
+                    || (writes && !self.verbose)
                     || self.ignore.iter().any(|p| p.matches(&file.path))
                 {
                     return;
                 }
                 let t = c.raw.header.time_ns;
                 let key = (file.incarnation, file.path.clone());
-                let st = self.paths.entry(key).or_insert_with(|| PathState {
+                let new = (!self.paths.map.contains_key(&key)).then(|| key.clone());
+                let st = self.paths.map.entry(key).or_insert_with(|| PathState {
                     pid: c.tgid(),
                     comm: file.comm.clone(),
                     class: file.class,
@@ -103,14 +129,19 @@ impl Detector for RepeatedOpen {
                 let class = file_class_name(st.class);
                 if st.reported {
                     metrics.add_repeated_opens(&st.comm, class, 1);
-                } else if st.recent.len() as u64 >= self.min_count {
+                } else if st.recent.len() as u64 >= self.min_count
+                    && (self.verbose || st.recent.front().is_some_and(|&f| t - f >= RECUR_AFTER_NS))
+                {
                     st.reported = true;
                     metrics.add_repeated_opens(&st.comm, class, st.opens);
+                }
+                if let Some(key) = new {
+                    self.paths.inserted(key, metrics);
                 }
             }
             Event::FileClosed(f) => {
                 let Some(file) = input.closed else { return };
-                if let Some(st) = self.paths.get_mut(&(file.incarnation, file.path.clone())) {
+                if let Some(st) = self.paths.map.get_mut(&(file.incarnation, file.path.clone())) {
                     if file.opened_ns >= st.first_ns {
                         st.bytes_read += f.raw.file.read_bytes;
                     }
@@ -127,12 +158,24 @@ impl Detector for RepeatedOpen {
         self.run_window_ns = fresh.run_window_ns;
         self.window_ns = fresh.window_ns;
         self.max = fresh.max;
+        self.verbose = fresh.verbose;
+        self.paths.set_max_findings(s.max_findings);
     }
 
-    fn findings(&mut self, now_ns: u64, live: &[LiveFile<'_>], out: &mut Vec<Record>) {
+    fn exited(&mut self, incarnation: u64) {
+        self.paths.exited(incarnation);
+    }
+
+    fn findings(
+        &mut self,
+        now_ns: u64,
+        live: &[LiveFile<'_>],
+        out: &mut Vec<Record>,
+        metrics: &mut DetectorMetrics,
+    ) {
         let oldest = now_ns.saturating_sub(self.window_ns.max(self.run_window_ns));
-        prune(&mut self.paths, |s| s.last_ns, oldest, self.max);
-        for ((inc, path), st) in &self.paths {
+        self.paths.prune(oldest, self.max, metrics);
+        for ((inc, path), st) in &self.paths.map {
             if !st.reported {
                 continue;
             }
@@ -151,6 +194,7 @@ impl Detector for RepeatedOpen {
                     bytes_read: st.bytes_read + live_bytes,
                 },
                 pid: st.pid,
+                incarnation: *inc,
                 comm: st.comm.clone(),
                 first_ns: st.first_ns,
                 last_ns: st.last_ns,
@@ -215,17 +259,25 @@ mod tests {
         request(&mut e, 9, SEC, "/m.pth", 1);
         request(&mut e, 9, 2 * SEC, "/m.pth", 1);
         assert!(found(&mut e, 3 * SEC, &[]).is_empty(), "two opens");
-        // Window boundary: opens at 0 s, 30 s, 61 s: never 3 within 60 s.
+        // The window's edge, from both sides: the third open exactly 60 s
+        // after the first is within the window, 1 ns later it is not (and
+        // the first has left the window, so no later open completes a
+        // triple with it).
+        let opens = |third: u64| {
+            let mut e = engine();
+            for t in [SEC, 31 * SEC, third] {
+                request(&mut e, 9, t, "/n.pth", 1);
+            }
+            found(&mut e, 62 * SEC, &[])
+        };
+        assert_eq!(opens(61 * SEC).len(), 1, "exactly 60 s apart is within");
+        assert!(opens(61 * SEC + 1).is_empty(), "60 s and 1 ns apart is beyond");
+        // Opens 30 s and 31 s apart: any three span more than 60 s.
         let mut e = engine();
-        for t in [0, 30, 91, 122] {
+        for t in [0, 30, 61, 92, 123] {
             request(&mut e, 9, t * SEC + 1, "/n.pth", 1);
         }
-        assert!(found(&mut e, 123 * SEC, &[]).is_empty());
-        let mut e = engine();
-        for t in [0, 30, 60] {
-            request(&mut e, 9, t * SEC + 1, "/n.pth", 1);
-        }
-        assert_eq!(found(&mut e, 61 * SEC, &[]).len(), 1, "exactly 60 s apart is within");
+        assert!(found(&mut e, 124 * SEC, &[]).is_empty());
     }
 
     #[test]
@@ -271,6 +323,57 @@ mod tests {
             request(&mut e, 9, (i + 1) * SEC, "/proc/self/stat", 1);
         }
         assert!(found(&mut e, 10 * SEC, &[]).is_empty());
+    }
+
+    #[test]
+    fn start_up_bursts_and_writes_are_not_reloads() {
+        let mut e = engine();
+        // An interpreter start-up: locale.alias three times within 5 ms.
+        for i in 0..3 {
+            request(&mut e, 9, SEC + i * 2_000_000, "/usr/share/locale/locale.alias", 100);
+        }
+        // A shell appending to its log every 100 ms for 10 s.
+        for i in 0..100 {
+            let Event::Call(mut c) = openat(8, SEC + i * SEC / 10, "/var/log/app.log", 3, 1) else {
+                unreachable!()
+            };
+            c.raw.args[2] = (libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT) as u64;
+            e.observe(&Event::Call(c));
+        }
+        assert!(found(&mut e, 20 * SEC, &[]).is_empty());
+        // Verbose lists both.
+        let mut v = Engine::new(&Settings { verbose: true, ..Settings::default() });
+        for i in 0..3 {
+            request(&mut v, 9, SEC + i * 2_000_000, "/usr/share/locale/locale.alias", 100);
+        }
+        assert_eq!(found(&mut v, 2 * SEC, &[]).len(), 1);
+    }
+
+    #[test]
+    fn a_flood_of_paths_and_processes_never_evicts_the_service() {
+        let mut e = engine();
+        let model = "/models/sonic/lip_decoder.pth";
+        let mut t = SEC;
+        for req in 0..5u64 {
+            request(&mut e, 9, t, model, 1000);
+            // Between two requests: 10,000 distinct files opened by one
+            // noisy process, and 2,000 short-lived processes opening 3 each.
+            for i in 0..10_000u64 {
+                request(&mut e, 10, t + i, &format!("/data/{req}/{i}"), 1);
+            }
+            for p in 0..2000u32 {
+                let pid = 1000 + p + req as u32 * 2000;
+                for f in 0..3 {
+                    request(&mut e, pid, t + u64::from(p) * 100 + f, &format!("/tmp/{pid}/{f}"), 1);
+                }
+                e.observe(&exit(pid, t + u64::from(p) * 100 + 10));
+            }
+            t += SEC;
+        }
+        let f = found(&mut e, t, &[]);
+        assert!(matches!(&f[..], [(9, Detail::RepeatedOpen { count: 5, bytes_read: 5000, .. })]), "{f:?}");
+        let evicted = e.metrics.evictions[&("repeated_open", "working")];
+        assert!(evicted >= 50_000 - 4096, "{evicted}");
     }
 
     #[test]

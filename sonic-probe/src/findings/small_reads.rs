@@ -9,12 +9,36 @@
 //! so that a 100-byte config file read once is not. Reads from pipes,
 //! sockets, eventfds and ttys are not file reads: the kernel tells them
 //! apart by inode type and never counts them here.
+//!
+//! Not a finding (unless `--findings-verbose`): the small reads of an open
+//! through which less than `small_read_bytes` were read in all. Such a file
+//! was read whole (a 41-byte .git/HEAD, a config file read with a 256-byte
+//! buffer, then the read that finds its end): there were no bigger pieces to
+//! read it in. The audio read 1 KiB at a time is read past the threshold in
+//! every open.
+//!
+//! Nor (unless `--findings-verbose`) the small reads of a process that has
+//! not been reading files in small pieces for at least
+//! [`RECUR_AFTER_NS`]: from the opening of its first such file to the close
+//! of another (or the same, or now for a file still open). A tool (ar, a
+//! header scanner) reads a dozen files that way within milliseconds and
+//! exits; a service does it again with every request, and then all of its
+//! small reads count, those of the first request included.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use sonic_probe_common::file_class_name;
 
-use super::{prune, Detail, Detector, DetectorMetrics, FileTotals, Input, LiveFile, Record, Settings};
+use super::{
+    state::{StateMap, Tracked},
+    Detail, Detector, DetectorMetrics, FileTotals, Input, LiveFile, Record, Settings, RECUR_AFTER_NS,
+};
+
+/// Processes whose small reading is tracked at once (see [`SmallReads`]).
+const MAX_PROCESSES: usize = 65536;
 use crate::events::Event;
 
 #[derive(Clone)]
@@ -25,25 +49,91 @@ struct FileState {
     totals: FileTotals,
     first_ns: u64,
     last_ns: u64,
+    /// Closed opens added up here.
+    opens: u64,
+    /// Enough small reads for a finding.
+    reported: bool,
 }
+
+impl Tracked for FileState {
+    fn last_ns(&self) -> u64 {
+        self.last_ns
+    }
+    fn reported(&self) -> bool {
+        self.reported
+    }
+    fn hits(&self) -> u64 {
+        self.opens
+    }
+}
+
+type Key = (u64, Arc<str>);
 
 pub struct SmallReads {
     ignore: Vec<glob::Pattern>,
+    /// The small-read threshold: opens that read less in all read whole.
+    small_bytes: u64,
+    verbose: bool,
     min_count: u64,
     window_ns: u64,
     max: usize,
-    files: HashMap<(u64, Arc<str>), FileState>,
+    files: StateMap<Key, FileState>,
+    /// Per process: when its first file read in small pieces was opened.
+    since: HashMap<u64, u64>,
+    /// Processes that have read files in small pieces for RECUR_AFTER_NS.
+    recurring: HashSet<u64>,
 }
 
 impl SmallReads {
     pub fn new(s: &Settings) -> Self {
         SmallReads {
             ignore: s.ignore_paths.clone(),
+            small_bytes: s.small_read_bytes,
+            verbose: s.verbose,
             min_count: s.small_read_min_count.max(1),
             window_ns: s.window.as_nanos() as u64,
             max: s.max_findings,
-            files: HashMap::new(),
+            files: StateMap::new("small_reads", |k: &Key| k.0, s.max_findings),
+            since: HashMap::new(),
+            recurring: HashSet::new(),
         }
+    }
+}
+
+impl SmallReads {
+    /// An open that read less than the threshold in all: the file was read
+    /// whole, not in small pieces.
+    fn read_whole(&self, t: &FileTotals) -> bool {
+        !self.verbose && t.read_bytes < self.small_bytes
+    }
+
+    /// Notes a file of process `inc` read in small pieces, opened at
+    /// `opened_ns` and closed (or looked at) at `t`; true once the process
+    /// has done so for RECUR_AFTER_NS.
+    fn recurs(&mut self, inc: u64, opened_ns: u64, t: u64) -> bool {
+        if self.recurring.contains(&inc) {
+            return true;
+        }
+        if self.since.len() >= MAX_PROCESSES && !self.since.contains_key(&inc) {
+            self.since.clear();
+        }
+        let since = self.since.entry(inc).or_insert(opened_ns);
+        *since = (*since).min(opened_ns);
+        if t.saturating_sub(*since) < RECUR_AFTER_NS {
+            return false;
+        }
+        if self.recurring.len() >= MAX_PROCESSES {
+            self.recurring.clear();
+        }
+        self.recurring.insert(inc);
+        // Its files read so far count now.
+        let min = self.min_count;
+        for ((i, _), st) in self.files.map.iter_mut() {
+            if *i == inc && st.totals.small_reads >= min {
+                st.reported = true;
+            }
+        }
+        true
     }
 }
 
@@ -56,41 +146,80 @@ fn add(into: &mut FileTotals, t: &FileTotals) {
 }
 
 impl Detector for SmallReads {
-    fn observe(&mut self, input: &Input<'_>, _metrics: &mut DetectorMetrics) {
+    fn observe(&mut self, input: &Input<'_>, metrics: &mut DetectorMetrics) {
         let (Event::FileClosed(f), Some(file)) = (input.event, input.closed) else { return };
         let totals = FileTotals::from(&f.raw.file);
-        if totals.small_reads == 0 || !file.is_regular() || self.ignore.iter().any(|p| p.matches(&file.path))
+        if totals.small_reads == 0
+            || !file.is_regular()
+            || self.read_whole(&totals)
+            || self.ignore.iter().any(|p| p.matches(&file.path))
         {
             return;
         }
-        let st = self.files.entry((file.incarnation, file.path.clone())).or_insert_with(|| FileState {
+        let t = f.raw.header.time_ns;
+        let recurs = self.recurs(file.incarnation, file.opened_ns, t) || self.verbose;
+        let key = (file.incarnation, file.path.clone());
+        let new = (!self.files.map.contains_key(&key)).then(|| key.clone());
+        let st = self.files.map.entry(key).or_insert_with(|| FileState {
             pid: file.tgid,
             comm: file.comm.clone(),
             class: file.class,
             totals: FileTotals::default(),
             first_ns: file.opened_ns,
             last_ns: f.raw.header.time_ns,
+            opens: 0,
+            reported: false,
         });
         add(&mut st.totals, &totals);
         st.last_ns = f.raw.header.time_ns;
+        st.opens += 1;
+        st.reported |= recurs && st.totals.small_reads >= self.min_count;
+        if let Some(key) = new {
+            self.files.inserted(key, metrics);
+        }
+    }
+
+    fn exited(&mut self, incarnation: u64) {
+        self.files.exited(incarnation);
+        self.since.remove(&incarnation);
+        self.recurring.remove(&incarnation);
     }
 
     fn reconfigure(&mut self, s: &Settings) {
         let fresh = SmallReads::new(s);
         self.ignore = fresh.ignore;
+        self.small_bytes = fresh.small_bytes;
+        self.verbose = fresh.verbose;
         self.min_count = fresh.min_count;
         self.window_ns = fresh.window_ns;
         self.max = fresh.max;
+        self.files.set_max_findings(s.max_findings);
     }
 
-    fn findings(&mut self, now_ns: u64, live: &[LiveFile<'_>], out: &mut Vec<Record>) {
-        prune(&mut self.files, |s| s.last_ns, now_ns.saturating_sub(self.window_ns), self.max);
+    fn findings(
+        &mut self,
+        now_ns: u64,
+        live: &[LiveFile<'_>],
+        out: &mut Vec<Record>,
+        metrics: &mut DetectorMetrics,
+    ) {
+        self.files.prune(now_ns.saturating_sub(self.window_ns), self.max, metrics);
         // Files still open add what they have read so far.
-        let mut merged = self.files.clone();
         let ignored = |path: &str| self.ignore.iter().any(|p| p.matches(path));
-        for l in
-            live.iter().filter(|l| l.totals.small_reads > 0 && l.file.is_regular() && !ignored(&l.file.path))
-        {
+        let live: Vec<&LiveFile<'_>> = live
+            .iter()
+            .filter(|l| {
+                l.totals.small_reads > 0
+                    && l.file.is_regular()
+                    && !self.read_whole(&l.totals)
+                    && !ignored(&l.file.path)
+            })
+            .collect();
+        for l in &live {
+            self.recurs(l.file.incarnation, l.file.opened_ns, now_ns);
+        }
+        let mut merged = self.files.map.clone();
+        for l in live {
             let e = merged.entry((l.file.incarnation, l.file.path.clone())).or_insert_with(|| FileState {
                 pid: l.file.tgid,
                 comm: l.file.comm.clone(),
@@ -98,13 +227,19 @@ impl Detector for SmallReads {
                 totals: FileTotals::default(),
                 first_ns: l.file.opened_ns,
                 last_ns: now_ns,
+                opens: 0,
+                reported: false,
             });
             add(&mut e.totals, &l.totals);
             e.last_ns = now_ns;
         }
-        for ((_, path), m) in merged {
+        for ((inc, path), m) in merged {
             let t = m.totals;
-            if t.small_reads < self.min_count {
+            // Reported: the process had been reading that way long enough
+            // when the file closed (it may have exited since), or has now.
+            if t.small_reads < self.min_count
+                || !(self.verbose || m.reported || self.recurring.contains(&inc))
+            {
                 continue;
             }
             out.push(Record {
@@ -116,6 +251,7 @@ impl Detector for SmallReads {
                     typical_size: t.small_read_requested / t.small_reads,
                 },
                 pid: m.pid,
+                incarnation: inc,
                 comm: m.comm,
                 first_ns: m.first_ns,
                 last_ns: m.last_ns,
@@ -169,12 +305,57 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_scanning_files_once_is_not_a_service_reading_per_request() {
+        let mut e = Engine::new(&Settings::default());
+        // ar: a dozen object files, 8 reads of 528 B each, within 12 ms.
+        for i in 0..12 {
+            let t = SEC + i * 1_000_000;
+            e.observe(&openat(5, t, &format!("/build/{i}.o"), 7, 1));
+            e.observe(&close(5, t + 500_000, 7, t, 8, 4200, 8, 8 * 528));
+        }
+        assert!(found(&mut e, 2 * SEC, &[]).is_empty());
+        // A service: one request's audio, then the next's half a second later.
+        let request = |e: &mut Engine, i: u64, t: u64| {
+            e.observe(&openat(6, t, &format!("/data/req-{i}/speech.mp3"), 7, AUDIO));
+            e.observe(&close(6, t + 5_000_000, 7, t, 65, 65536, 65, 65 * 1024));
+        };
+        request(&mut e, 0, 3 * SEC);
+        assert!(found(&mut e, 3 * SEC + SEC / 10, &[]).is_empty(), "once, so far");
+        request(&mut e, 1, 3 * SEC + SEC / 2);
+        let f = found(&mut e, 4 * SEC, &[]);
+        assert_eq!(f.len(), 2, "both requests, the first included: {f:?}");
+        assert!(f.iter().all(|d| matches!(d, Detail::SmallReads { count: 65, .. })));
+        e.observe(&exit(5, 5 * SEC));
+        e.observe(&exit(6, 5 * SEC));
+        assert_eq!(found(&mut e, 6 * SEC, &[]).len(), 2, "the service's findings outlive it");
+    }
+
+    #[test]
+    fn small_files_read_whole_are_not_small_reads() {
+        let mut e = Engine::new(&Settings::default());
+        // git reading its 41-byte HEAD, 4 times in one run, 3 reads each.
+        for i in 0..4 {
+            let t = SEC + i * 1000;
+            e.observe(&openat(5, t, ".git/HEAD", 7, 1));
+            e.observe(&close(5, t + 500, 7, t, 3, 41, 3, 3 * 256));
+        }
+        assert!(found(&mut e, 3 * SEC, &[]).is_empty());
+        let mut v = Engine::new(&Settings { verbose: true, ..Settings::default() });
+        for i in 0..4 {
+            let t = SEC + i * 1000;
+            v.observe(&openat(5, t, ".git/HEAD", 7, 1));
+            v.observe(&close(5, t + 500, 7, t, 3, 41, 3, 3 * 256));
+        }
+        assert_eq!(found(&mut v, 3 * SEC, &[]).len(), 1, "verbose lists it");
+    }
+
+    #[test]
     fn fd_reuse_after_close_goes_to_the_right_file() {
         let mut e = Engine::new(&Settings::default());
         e.observe(&openat(5, SEC, "/a.wav", 7, AUDIO));
-        e.observe(&close(5, 2 * SEC, 7, SEC, 10, 1000, 10, 1000));
+        e.observe(&close(5, 2 * SEC, 7, SEC, 10, 10_000, 10, 10_000));
         e.observe(&openat(5, 3 * SEC, "/b.wav", 7, AUDIO));
-        e.observe(&close(5, 4 * SEC, 7, 3 * SEC, 20, 2000, 20, 2000));
+        e.observe(&close(5, 4 * SEC, 7, 3 * SEC, 20, 20_000, 20, 20_000));
         let mut f = found(&mut e, 5 * SEC, &[]);
         f.sort_by_key(|d| format!("{d:?}"));
         let counts: Vec<(String, u64)> = f

@@ -7,12 +7,30 @@
 //! I/O), EINTR and the kernel's restart codes (a signal arrived). For openat
 //! the last few failing paths are kept, for mmap/munmap the last length.
 //! Exact per-process counts are also in sonic_probe_syscall_errors_total.
+//!
+//! A failure is reported only once it *recurs* in its process (unless
+//! `--findings-verbose`): the same path failing again (openat), or the same
+//! syscall and errno failing again (the others), at least
+//! [`RECUR_AFTER_NS`] after it first failed. The count then includes the
+//! earlier failures, so it stays exact. What this keeps out is a tool's
+//! start-up: the locale catalogs a coreutils command looks for, the config
+//! files git or a CLI probes for, a search path tried candidate by candidate
+//! (many distinct paths failing within milliseconds, then a success or a
+//! give-up); none of them comes back within the same process. Also never a
+//! finding: `close` failing with EBADF (a shell closing descriptors that
+//! were never open, as `exec 9>&-` does), and failures on ignored paths,
+//! for reads and mmaps too when their descriptor's path is ignored (a
+//! monitoring agent reading /proc/PID/stat of a process that just exited).
+//! A reported state adds sonic_probe_recurring_errors_total.
 
-use std::collections::{HashMap, VecDeque};
+use std::{collections::VecDeque, sync::Arc};
 
 use sonic_probe_common::syscalls;
 
-use super::{prune, Detail, Detector, DetectorMetrics, Input, LiveFile, Record, Settings};
+use super::{
+    state::{StateMap, Tracked},
+    Detail, Detector, DetectorMetrics, Input, LiveFile, Record, Settings, RECUR_AFTER_NS,
+};
 use crate::{errno, events::Event};
 
 /// Failing paths kept per finding.
@@ -20,6 +38,9 @@ pub const MAX_PATHS: usize = 5;
 
 /// errnos that ask the caller to try again: not failures.
 const RETRY: &[u16] = &[libc::EAGAIN as u16, libc::EINTR as u16, 512, 513, 514, 516];
+
+/// Distinct failing paths remembered per state, to see one fail again.
+const MAX_SEEN_PATHS: usize = 32;
 
 struct ErrState {
     pid: u32,
@@ -29,14 +50,32 @@ struct ErrState {
     length: Option<u64>,
     first_ns: u64,
     last_ns: u64,
+    /// openat: failing paths with the time each first failed.
+    seen: VecDeque<(Arc<str>, u64)>,
+    reported: bool,
 }
+
+impl Tracked for ErrState {
+    fn last_ns(&self) -> u64 {
+        self.last_ns
+    }
+    fn reported(&self) -> bool {
+        self.reported
+    }
+    fn hits(&self) -> u64 {
+        self.count
+    }
+}
+
+/// (incarnation, syscall, errno).
+type Key = (u64, u16, u16);
 
 pub struct SyscallErrors {
     ignore: Vec<glob::Pattern>,
     window_ns: u64,
     max: usize,
-    /// (incarnation, syscall, errno) -> failures.
-    errors: HashMap<(u64, u16, u16), ErrState>,
+    verbose: bool,
+    errors: StateMap<Key, ErrState>,
 }
 
 impl SyscallErrors {
@@ -45,24 +84,52 @@ impl SyscallErrors {
             ignore: s.ignore_paths.clone(),
             window_ns: s.window.as_nanos() as u64,
             max: s.max_findings,
-            errors: HashMap::new(),
+            verbose: s.verbose,
+            errors: StateMap::new("syscall_errors", |k: &Key| k.0, s.max_findings),
         }
     }
 }
 
+/// Whether this failure shows that the problem recurs in its process.
+fn recurs(st: &mut ErrState, path: Option<&str>, t: u64) -> bool {
+    let Some(p) = path else { return t.saturating_sub(st.first_ns) >= RECUR_AFTER_NS };
+    if let Some((_, first)) = st.seen.iter().find(|(q, _)| &**q == p) {
+        return t.saturating_sub(*first) >= RECUR_AFTER_NS;
+    }
+    st.seen.push_back((Arc::from(p), t));
+    if st.seen.len() > MAX_SEEN_PATHS {
+        st.seen.pop_front();
+    }
+    false
+}
+
 impl Detector for SyscallErrors {
-    fn observe(&mut self, input: &Input<'_>, _metrics: &mut DetectorMetrics) {
+    fn observe(&mut self, input: &Input<'_>, metrics: &mut DetectorMetrics) {
         let Event::Call(c) = input.event else { return };
         let Some(e) = c.errno() else { return };
         if c.raw.syscall == syscalls::FUTEX || RETRY.contains(&e) {
             return;
         }
-        let path = c.path_lossy();
-        if path.as_deref().is_some_and(|p| self.ignore.iter().any(|g| g.matches(p))) {
+        // A descriptor that was never open: nothing failed that was meant to work.
+        if c.raw.syscall == syscalls::CLOSE && e == libc::EBADF as u16 && !self.verbose {
             return;
         }
+        let ignored = |p: &str| self.ignore.iter().any(|g| g.matches(p));
+        let path = c.path_lossy();
+        if path.as_deref().is_some_and(ignored) {
+            return;
+        }
+        // A read or mmap through a descriptor of an ignored path.
+        if matches!(c.raw.syscall, syscalls::READ | syscalls::MMAP) {
+            let fd = c.raw.args[if c.raw.syscall == syscalls::READ { 0 } else { 4 }];
+            if input.files.get(c.tgid(), fd as u32).is_some_and(|f| ignored(&f.path)) {
+                return;
+            }
+        }
         let t = c.raw.header.time_ns;
-        let st = self.errors.entry((input.incarnation, c.raw.syscall, e)).or_insert_with(|| ErrState {
+        let key = (input.incarnation, c.raw.syscall, e);
+        let new = (!self.errors.map.contains_key(&key)).then_some(key);
+        let st = self.errors.map.entry(key).or_insert_with(|| ErrState {
             pid: c.tgid(),
             comm: c.process_name(),
             count: 0,
@@ -70,9 +137,19 @@ impl Detector for SyscallErrors {
             length: None,
             first_ns: t,
             last_ns: t,
+            seen: VecDeque::new(),
+            reported: false,
         });
         st.count += 1;
         st.last_ns = t;
+        let name = syscalls::by_index(c.raw.syscall).map_or("?", |s| s.name);
+        if st.reported {
+            metrics.add_recurring_errors(&st.comm, name, &errno::name(e), 1);
+        } else if self.verbose || recurs(st, path.as_deref(), t) {
+            st.reported = true;
+            metrics.add_recurring_errors(&st.comm, name, &errno::name(e), st.count);
+            st.seen = VecDeque::new();
+        }
         if let Some(p) = path {
             st.paths.retain(|q| *q != p);
             st.paths.push_back(p);
@@ -83,6 +160,13 @@ impl Detector for SyscallErrors {
         if matches!(c.raw.syscall, syscalls::MMAP | syscalls::MUNMAP) {
             st.length = Some(c.raw.args[1]);
         }
+        if let Some(key) = new {
+            self.errors.inserted(key, metrics);
+        }
+    }
+
+    fn exited(&mut self, incarnation: u64) {
+        self.errors.exited(incarnation);
     }
 
     fn reconfigure(&mut self, s: &Settings) {
@@ -90,11 +174,19 @@ impl Detector for SyscallErrors {
         self.ignore = fresh.ignore;
         self.window_ns = fresh.window_ns;
         self.max = fresh.max;
+        self.verbose = fresh.verbose;
+        self.errors.set_max_findings(s.max_findings);
     }
 
-    fn findings(&mut self, now_ns: u64, _live: &[LiveFile<'_>], out: &mut Vec<Record>) {
-        prune(&mut self.errors, |s| s.last_ns, now_ns.saturating_sub(self.window_ns), self.max);
-        for ((_, sc, e), st) in &self.errors {
+    fn findings(
+        &mut self,
+        now_ns: u64,
+        _live: &[LiveFile<'_>],
+        out: &mut Vec<Record>,
+        metrics: &mut DetectorMetrics,
+    ) {
+        self.errors.prune(now_ns.saturating_sub(self.window_ns), self.max, metrics);
+        for ((inc, sc, e), st) in self.errors.map.iter().filter(|(_, st)| st.reported) {
             out.push(Record {
                 detail: Detail::SyscallErrors {
                     syscall: syscalls::by_index(*sc).map_or("?", |s| s.name).to_string(),
@@ -104,6 +196,7 @@ impl Detector for SyscallErrors {
                     length: st.length,
                 },
                 pid: st.pid,
+                incarnation: *inc,
                 comm: st.comm.clone(),
                 first_ns: st.first_ns,
                 last_ns: st.last_ns,
@@ -128,9 +221,13 @@ mod tests {
         v
     }
 
+    fn verbose() -> Settings {
+        Settings { verbose: true, ..Settings::default() }
+    }
+
     #[test]
     fn missing_model_paths_and_mmap_enomem() {
-        let mut e = Engine::new(&Settings::default());
+        let mut e = Engine::new(&verbose());
         for i in 0..7 {
             e.observe(&openat(4, SEC + i, &format!("/models/v{i}/lip_decoder.pth"), -2, 0));
         }
@@ -157,8 +254,95 @@ mod tests {
     }
 
     #[test]
-    fn library_probing_is_not_a_failure() {
+    fn a_missing_model_retried_every_request_is_found_with_every_failure() {
         let mut e = Engine::new(&Settings::default());
+        // A start-up's probes of the same process first: distinct paths.
+        for i in 0..6 {
+            e.observe(&openat(4, SEC / 2 + i, &format!("/usr/share/locale/de/LC_MESSAGES/x{i}.mo"), -2, 0));
+        }
+        e.observe(&openat(4, SEC, "/models/v2.pth", -2, 0));
+        assert!(found(&mut e, SEC + 1).is_empty(), "once is not yet a problem");
+        e.observe(&openat(4, SEC + 300_000_000, "/models/v2.pth", -2, 0));
+        assert!(found(&mut e, 2 * SEC).is_empty(), "within 400 ms of the first: the same start-up");
+        e.observe(&openat(4, 2 * SEC, "/models/v2.pth", -2, 0));
+        let f = found(&mut e, 3 * SEC);
+        let [Detail::SyscallErrors { count, paths, .. }] = &f[..] else { panic!("{f:?}") };
+        assert_eq!(*count, 9, "every failure of (openat, ENOENT) in the process, probes included");
+        assert_eq!(paths.last().unwrap(), "/models/v2.pth");
+        e.observe(&openat(4, 3 * SEC, "/models/v2.pth", -2, 0));
+        assert_eq!(e.metrics.recurring_errors[&("app".into(), "openat".into(), "ENOENT".into())], 10);
+        // Another errno without a path recurs by itself.
+        let mmap =
+            |t| Event::Call(call(syscalls::MMAP, 4, 4, t, 100, -12, [0, 1 << 40, 3, 0x22, u64::MAX, 0]));
+        e.observe(&mmap(4 * SEC));
+        assert_eq!(found(&mut e, 4 * SEC).len(), 1);
+        e.observe(&mmap(5 * SEC));
+        assert_eq!(found(&mut e, 5 * SEC).len(), 2);
+    }
+
+    #[test]
+    fn a_tools_start_up_is_not_a_finding() {
+        let mut e = Engine::new(&Settings::default());
+        for pid in 100..200 {
+            let t = u64::from(pid) * SEC;
+            // Catalog lookups, the same config file twice, a search path
+            // tried candidate by candidate, spread over 300 ms.
+            for (i, p) in
+                ["/usr/share/locale/de/LC_MESSAGES/coreutils.mo", "/root/.gitconfig", "/root/.gitconfig"]
+                    .iter()
+                    .enumerate()
+            {
+                e.observe(&openat(pid, t + i as u64 * 100_000_000, p, -2, 0));
+            }
+            for i in 0..20 {
+                e.observe(&openat(pid, t + i * 50_000_000, &format!("/usr/etc/hooks.d/{i}/exec"), -2, 0));
+            }
+            e.observe(&exit(pid, t + SEC / 2));
+        }
+        assert!(found(&mut e, 300 * SEC).is_empty());
+        let mut v = Engine::new(&verbose());
+        v.observe(&openat(100, SEC, "/root/.gitconfig", -2, 0));
+        assert_eq!(found(&mut v, 2 * SEC).len(), 1, "verbose lists everything");
+    }
+
+    #[test]
+    fn the_same_error_of_many_exited_processes_is_one_finding() {
+        let mut e = Engine::new(&verbose());
+        for pid in 100..150 {
+            e.observe(&openat(pid, u64::from(pid) * SEC, "/etc/tool.conf", -2, 0));
+            e.observe(&exit(pid, u64::from(pid) * SEC + 1));
+        }
+        e.observe(&openat(7, SEC, "/etc/tool.conf", -2, 0));
+        let mut f = e.findings(200 * SEC, &[]);
+        f.sort_by_key(|f| f.pid);
+        assert_eq!(f.len(), 2, "{f:#?}");
+        assert_eq!((f[0].pid, f[0].processes, &f[0].pids[..]), (7, 1, &[7][..]), "still running: its own");
+        assert_eq!((f[1].pid, f[1].processes, &f[1].pids[..]), (149, 50, &[149, 148, 147, 146, 145][..]));
+        assert!(matches!(f[1].detail, Detail::SyscallErrors { count: 50, .. }));
+    }
+
+    #[test]
+    fn closing_what_was_never_open_and_reads_of_ignored_files_are_not_failures() {
+        let close = |t| Event::Call(call(syscalls::CLOSE, 4, 4, t, 10, -9, [9, 0, 0, 0, 0, 0]));
+        let mut e = Engine::new(&Settings::default());
+        // A shell loop: exec 9>&- every second, for a minute.
+        for i in 0..60 {
+            e.observe(&close(i * SEC));
+        }
+        // A monitoring agent reading the status of a process that just exited.
+        e.observe(&openat(4, SEC, "/proc/1234/status", 5, 1));
+        for i in 0..3 {
+            e.observe(&Event::Call(call(syscalls::READ, 4, 4, SEC + i * SEC, 10, -3, [5, 0, 4096, 0, 0, 0])));
+        }
+        assert!(found(&mut e, 61 * SEC).is_empty());
+        let mut v = Engine::new(&verbose());
+        v.observe(&close(SEC));
+        assert_eq!(found(&mut v, 2 * SEC).len(), 1);
+    }
+
+    #[test]
+    fn library_probing_is_not_a_failure() {
+        let mut e = Engine::new(&verbose());
         e.observe(&openat(4, SEC, "/usr/lib/glibc-hwcaps/x86-64-v3/libc.so.6", -2, 0));
         e.observe(&openat(4, SEC, "/opt/py/bin/pybuilddir.txt", -2, 0));
         assert!(found(&mut e, 2 * SEC).is_empty());
@@ -166,7 +350,7 @@ mod tests {
 
     #[test]
     fn retries_and_futex_are_not_failures() {
-        let mut e = Engine::new(&Settings::default());
+        let mut e = Engine::new(&verbose());
         e.observe(&Event::Call(call(syscalls::READ, 4, 4, SEC, 10, -11, [5, 0, 4096, 0, 0, 0])));
         e.observe(&Event::Call(call(syscalls::READ, 4, 4, SEC, 10, -4, [5, 0, 4096, 0, 0, 0])));
         e.observe(&Event::Call(call(syscalls::READ, 4, 4, SEC, 10, -512, [5, 0, 4096, 0, 0, 0])));

@@ -6,8 +6,9 @@
 //! detaches every program and frees every map: nothing is pinned, so nothing
 //! outlives the process, even after SIGKILL.
 
+mod features;
 mod files;
-mod targets;
+mod target_maps;
 
 use std::os::fd::OwnedFd;
 use std::time::Duration;
@@ -19,21 +20,33 @@ use aya::{
 };
 use sonic_probe_common::{
     ext_key, syscalls::NR_SYSCALLS, ErrorKey, ExtKey, FileKey, OpenFile, ProbeConfig, SharedStruct, StatsKey,
-    SyscallStats,
+    SyscallStats, ThreadState,
 };
-use sonic_probe_ebpf::{maps, ProgramGroup, PROGRAMS};
+use sonic_probe_ebpf::{maps, ProgramGroup, Variant, PROGRAMS};
 
+pub use features::{Fallbacks, KernelFeatures, FALLBACK_ENV};
 pub use files::OpenFiles;
-pub use targets::TargetMaps;
+pub use target_maps::TargetMaps;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
     #[error(
-        "kernel {release} is too old: sonic-probe needs Linux {}.{} or later (BPF ring buffer, task \
-         storage, bpf_loop, per-CPU map lookups from BPF; see README, supported kernels)",
-        MIN_KERNEL.0, MIN_KERNEL.1
+        "the kernel lacks the BPF feature {0}, which sonic-probe cannot do without (see README, \
+         supported kernels)"
     )]
-    KernelTooOld { release: String },
+    MissingFeature(&'static str),
+    #[error("{0}")]
+    BadFallback(String),
+    #[error(
+        "cannot create the BPF maps: this kernel charges them to the locked-memory limit \
+         (RLIMIT_MEMLOCK, {kib} KiB here), which could not be raised: run with LimitMEMLOCK=infinity \
+         (systemd), `ulimit -l unlimited`, or CAP_SYS_RESOURCE"
+    )]
+    Memlock {
+        kib: u64,
+        #[source]
+        source: Box<ProbeError>,
+    },
     #[error(
         "kernel BTF is not available at /sys/kernel/btf/vmlinux: sonic-probe needs a kernel \
          built with CONFIG_DEBUG_INFO_BTF=y, or a BTF file given with --btf (see README, supported kernels)"
@@ -64,28 +77,33 @@ pub enum ProbeError {
     Cpus(String),
 }
 
-/// The oldest kernel the programs load on: bpf_map_lookup_percpu_elem
-/// (5.19) is the newest helper they call.
-pub const MIN_KERNEL: (u32, u32) = (5, 19);
-
-/// (major, minor) of a kernel release string such as "6.1.0-28-cloud-amd64".
-pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
-    let mut parts = release.split(|c: char| !c.is_ascii_digit());
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts.next()?.parse().ok()?;
-    Some((major, minor))
+/// A probe failure ends a command as a runtime failure (exit 1).
+impl From<ProbeError> for crate::error::Error {
+    fn from(e: ProbeError) -> Self {
+        crate::error::Error::Runtime(e.into())
+    }
 }
 
-/// Refuses kernels older than MIN_KERNEL with one clear error, instead of
-/// a verifier log about an unknown helper. An unparsable release passes:
-/// the load itself will tell.
-fn check_kernel() -> Result<(), ProbeError> {
-    let Ok(uts) = nix::sys::utsname::uname() else { return Ok(()) };
-    let release = uts.release().to_string_lossy().into_owned();
-    match kernel_version(&release) {
-        Some(v) if v < MIN_KERNEL => Err(ProbeError::KernelTooOld { release }),
-        _ => Ok(()),
+/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK (64 KiB by
+/// default before 5.16): raise it while we may (root or CAP_SYS_RESOURCE;
+/// the systemd unit sets LimitMEMLOCK=infinity).
+fn raise_memlock_limit() {
+    use nix::sys::resource::{setrlimit, Resource, RLIM_INFINITY};
+    if let Err(e) = setrlimit(Resource::RLIMIT_MEMLOCK, RLIM_INFINITY, RLIM_INFINITY) {
+        tracing::debug!("cannot raise RLIMIT_MEMLOCK: {e}");
     }
+}
+
+/// A map the kernel refused with EPERM while the locked-memory limit is
+/// finite: say what to change rather than only "Operation not permitted".
+fn memlock_hint(e: ProbeError) -> ProbeError {
+    use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
+    let limited = getrlimit(Resource::RLIMIT_MEMLOCK).is_ok_and(|(soft, _)| soft != RLIM_INFINITY);
+    if limited && features::is_permission_error(&e) {
+        let kib = getrlimit(Resource::RLIMIT_MEMLOCK).map(|(soft, _)| soft / 1024).unwrap_or(0);
+        return ProbeError::Memlock { kib, source: Box::new(e) };
+    }
+    e
 }
 
 fn map_err(name: &'static str) -> impl FnOnce(MapError) -> ProbeError {
@@ -103,29 +121,36 @@ pub struct ProgramStats {
 /// The loaded (and, after [`Probe::attach`], attached) BPF programs.
 pub struct Probe {
     ebpf: Ebpf,
+    features: KernelFeatures,
+    variant: Variant,
     config: Array<MapData, ProbeConfig>,
     attached: Vec<&'static str>,
     stats_fd: Option<OwnedFd>,
 }
 
 impl Probe {
-    /// Loads the object and every program (verifying them) without
+    /// Asks the kernel which features it has, then loads the variant of
+    /// the object that fits and every program (verifying them) without
     /// attaching. `btf`: a BTF file to use instead of the running kernel's.
     pub fn load(ringbuf_bytes: u32, btf: Option<&std::path::Path>) -> Result<Self, ProbeError> {
-        check_kernel()?;
+        let fallbacks = Fallbacks::from_env()?;
+        raise_memlock_limit();
         let btf = match btf {
             Some(path) => Btf::parse_file(path, aya::Endianness::default())
                 .map_err(|e| ProbeError::BtfFile(path.to_path_buf(), e))?,
             None => Btf::from_sys_fs().map_err(ProbeError::Btf)?,
         };
+        let features = KernelFeatures::probe(&btf).map_err(memlock_hint)?;
+        let variant = features.choose(fallbacks)?;
+        let object = variant.object().ok_or(ProbeError::Missing("variant object"))?;
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
             // Task storage (per-thread state) has no aya wrapper; only the
             // kernel side uses it.
             .allow_unsupported_maps()
             .map_max_entries(maps::EVENTS, ringbuf_bytes)
-            .load(sonic_probe_ebpf::OBJECT)
-            .map_err(ProbeError::Load)?;
+            .load(object)
+            .map_err(|e| memlock_hint(ProbeError::Load(e)))?;
         for spec in PROGRAMS {
             let err = |source| ProbeError::Program { name: spec.name, tracepoint: spec.tracepoint, source };
             let prog: &mut BtfTracePoint =
@@ -133,7 +158,41 @@ impl Probe {
             prog.load(spec.tracepoint, &btf).map_err(err)?;
         }
         let config = Array::try_from(take(&mut ebpf, maps::CONFIG)?).map_err(map_err(maps::CONFIG))?;
-        Ok(Probe { ebpf, config, attached: Vec::new(), stats_fd: None })
+        Ok(Probe { ebpf, features, variant, config, attached: Vec::new(), stats_fd: None })
+    }
+
+    /// What the kernel accepted.
+    pub fn features(&self) -> &KernelFeatures {
+        &self.features
+    }
+
+    /// The variant of the programs loaded.
+    pub fn variant(&self) -> Variant {
+        self.variant
+    }
+
+    /// Threads with entry state, where that is a hash keyed by thread id
+    /// (None with task storage, which the kernel frees with each task).
+    pub fn thread_state_entries(&self) -> Option<usize> {
+        if self.variant.task_storage {
+            return None;
+        }
+        let map: HashMap<&MapData, u32, ThreadState> =
+            HashMap::try_from(self.ebpf.map(maps::THREAD_STATES)?).ok()?;
+        Some(map.keys().filter(Result::is_ok).count())
+    }
+
+    /// Whether a map can be read now, with the calling thread's current
+    /// capabilities (see daemon::drop_capabilities).
+    pub fn maps_readable(&self) -> bool {
+        self.config.get(&0, 0).is_ok()
+    }
+
+    /// One line for logs and check-config: the kernel's features and the
+    /// variant of each piece in use.
+    pub fn describe_kernel(&self) -> String {
+        let pieces: Vec<String> = self.variant.pieces().iter().map(|(p, v)| format!("{p}={v}")).collect();
+        format!("kernel BPF features: {}; programs: {}", self.features.describe(), pieces.join(" "))
     }
 
     /// Writes the runtime settings (effective at once, also while attached).
@@ -248,6 +307,18 @@ impl Probe {
     }
 }
 
+/// The part of the programs' settings every command fills in alike: our
+/// own process (never traced), the CPUs, the GPU drivers' device majors;
+/// nothing traced, nothing sent. `run` and `trace` set the rest over it.
+pub fn base_config() -> ProbeConfig {
+    ProbeConfig {
+        self_tgid: std::process::id(),
+        nr_cpus: aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1),
+        gpu_majors: crate::procfs::gpu_majors(),
+        ..ProbeConfig::zeroed()
+    }
+}
+
 /// The maps the daemon reads at scrape time.
 pub struct Aggregates {
     /// (process, name, syscall, variant) -> per-CPU call statistics.
@@ -260,21 +331,4 @@ pub struct Aggregates {
 
 fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map, ProbeError> {
     ebpf.take_map(name).ok_or(ProbeError::Missing(name))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kernel_versions_parse() {
-        assert_eq!(kernel_version("6.1.0-28-cloud-amd64"), Some((6, 1)));
-        assert_eq!(kernel_version("6.18.44-fc-v657"), Some((6, 18)));
-        assert_eq!(kernel_version("5.19.0"), Some((5, 19)));
-        assert_eq!(kernel_version("2.6.78-fc-v657"), Some((2, 6)));
-        assert_eq!(kernel_version("5"), None);
-        assert_eq!(kernel_version("x"), None);
-        assert!(kernel_version("5.15.0-91-generic").unwrap() < MIN_KERNEL);
-        assert!(kernel_version("6.1.0").unwrap() >= MIN_KERNEL);
-    }
 }

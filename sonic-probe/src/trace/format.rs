@@ -6,15 +6,21 @@
 //!
 //! with strace's rules for the pid prefix (-f), the time of the call's entry
 //! (-t/-tt/-ttt), descriptor paths (-y), the result column (padded to
-//! column 40) and durations (-T). Buffers (read's data, futex_waitv's array)
-//! are not captured: their address is printed.
+//! column 40) and durations (-T). How each argument and result is printed
+//! comes from the call's row of the syscall table (`Arg`, `Ret`); futex's
+//! arguments depend on its command, as in strace. Buffers (read's and
+//! write's data, futex_waitv's array, an ioctl's argument) are not
+//! captured: their address is printed.
 
 use std::collections::HashSet;
 
-use sonic_probe_common::{syscalls, AUX_TIMESPEC, EMIT_PATH_TRUNCATED, EMIT_PATH_UNREADABLE};
+use sonic_probe_common::{
+    syscalls::{Arg, Args, Ret},
+    AUX_TIMESPEC, EMIT_PATH_TRUNCATED, EMIT_PATH_UNREADABLE,
+};
 
 use super::{
-    decode,
+    args,
     fds::{FdNames, FileId},
 };
 use crate::{
@@ -109,52 +115,47 @@ impl Formatter {
         self.fd(tgid, value, names, None)
     }
 
-    /// The arguments, inside the parentheses.
+    /// The arguments, inside the parentheses, as the call's row of the
+    /// syscall table says each is printed.
     fn args(&self, c: &Call, names: &FdNames) -> String {
+        let list = match c.syscall().args {
+            Args::Futex => return self.futex_args(c),
+            Args::List(list) => list,
+        };
         let a = c.raw.args;
-        let tgid = c.tgid();
-        let id = FileId::of(c);
-        match c.raw.syscall {
-            syscalls::READ => format!("{}, {}, {}", self.fd(tgid, a[0], names, id), decode::addr(a[1]), a[2]),
-            syscalls::CLOSE => self.fd(tgid, a[0], names, id),
-            syscalls::MUNMAP => format!("{}, {}", decode::addr(a[0]), a[1]),
-            syscalls::MMAP => {
-                let off = if a[5] == 0 { "0".to_string() } else { format!("{:#x}", a[5]) };
-                format!(
-                    "{}, {}, {}, {}, {}, {off}",
-                    decode::addr(a[0]),
-                    a[1],
-                    decode::mmap_prot(a[2]),
-                    decode::mmap_flags(a[3]),
-                    self.fd(tgid, a[4], names, id)
-                )
-            }
-            syscalls::OPENAT => {
-                let path = match (&c.path, c.raw.reasons) {
-                    (_, r) if r & EMIT_PATH_UNREADABLE != 0 => decode::addr(a[1]),
-                    (Some(p), r) if r & EMIT_PATH_TRUNCATED != 0 => format!("{}...", decode::quote(p)),
-                    (Some(p), _) => decode::quote(p),
-                    (None, _) => decode::addr(a[1]),
-                };
-                let mut s =
-                    format!("{}, {path}, {}", self.dirfd(tgid, a[0], names), decode::open_flags(a[2]));
-                if decode::open_has_mode(a[2]) {
-                    s.push_str(&format!(", {}", decode::mode(a[3])));
-                }
-                s
-            }
-            syscalls::FUTEX => self.futex_args(c),
-            syscalls::FUTEX_WAITV => {
-                let timeout = decode::addr(a[3]);
-                format!(
-                    "{}, {}, {}, {timeout}, {}",
-                    decode::addr(a[0]),
-                    a[1] as u32,
-                    a[2] as u32,
-                    decode::clock(a[4])
-                )
-            }
-            _ => a.iter().map(|v| format!("{v:#x}")).collect::<Vec<_>>().join(", "),
+        let mut out: Vec<String> = Vec::with_capacity(list.len());
+        for (i, kind) in list.iter().enumerate() {
+            let v = a[i];
+            out.push(match kind {
+                Arg::Fd => self.fd(c.tgid(), v, names, FileId::of(c)),
+                Arg::DirFd => self.dirfd(c.tgid(), v, names),
+                Arg::Path => self.path(c, v),
+                Arg::Addr => args::addr(v),
+                Arg::Unsigned => v.to_string(),
+                Arg::Signed => (v as i64).to_string(),
+                Arg::U32 => (v as u32).to_string(),
+                Arg::Hex => args::hex(v),
+                Arg::OpenFlags => args::open_flags(v),
+                Arg::OpenMode if i > 0 && args::open_has_mode(a[i - 1]) => args::mode(v),
+                Arg::OpenMode => continue,
+                Arg::MmapProt => args::mmap_prot(v),
+                Arg::MmapFlags => args::mmap_flags(v),
+                Arg::HexOffset => args::hex(v),
+                Arg::Clock => args::clock(v),
+                Arg::IoctlRequest => args::ioctl_request(v as u32),
+            });
+        }
+        out.join(", ")
+    }
+
+    /// A path read at entry, as strace quotes it (`...` when cut; the
+    /// address when it could not be read).
+    fn path(&self, c: &Call, addr: u64) -> String {
+        match (&c.path, c.raw.reasons) {
+            (_, r) if r & EMIT_PATH_UNREADABLE != 0 => args::addr(addr),
+            (Some(p), r) if r & EMIT_PATH_TRUNCATED != 0 => format!("{}...", args::quote(p)),
+            (Some(p), _) => args::quote(p),
+            (None, _) => args::addr(addr),
         }
     }
 
@@ -166,37 +167,37 @@ impl Formatter {
             if a[3] == 0 {
                 "NULL".to_string()
             } else if c.raw.aux_kind == AUX_TIMESPEC {
-                decode::timespec(c.raw.aux)
+                args::timespec(c.raw.aux)
             } else {
-                decode::addr(a[3])
+                args::addr(a[3])
             }
         };
-        let head = format!("{}, {}", decode::addr(a[0]), futex::op_name(a[1]));
+        let head = format!("{}, {}", args::addr(a[0]), futex::op_name(a[1]));
         let rest = match a[1] & futex::CMD_MASK {
             0 => format!("{val}, {}", timeout()),
             6 | 13 => timeout(),
-            9 => format!("{val}, {}, {}", timeout(), decode::futex_bitset(val3)),
-            10 => format!("{val}, {}", decode::futex_bitset(val3)),
-            3 => format!("{val}, {val2}, {}", decode::addr(a[4])),
-            4 | 12 => format!("{val}, {val2}, {}, {val3}", decode::addr(a[4])),
-            5 => format!("{val}, {val2}, {}, {}", decode::addr(a[4]), decode::futex_wake_op(val3)),
-            11 => format!("{val}, {}, {}", timeout(), decode::addr(a[4])),
+            9 => format!("{val}, {}, {}", timeout(), args::futex_bitset(val3)),
+            10 => format!("{val}, {}", args::futex_bitset(val3)),
+            3 => format!("{val}, {val2}, {}", args::addr(a[4])),
+            4 | 12 => format!("{val}, {val2}, {}, {val3}", args::addr(a[4])),
+            5 => format!("{val}, {val2}, {}, {}", args::addr(a[4]), args::futex_wake_op(val3)),
+            11 => format!("{val}, {}, {}", timeout(), args::addr(a[4])),
             1 | 2 => val.to_string(),
             7 | 8 => return head,
-            _ => format!("{val}, {}, {}, {val3:#x}", decode::addr(a[3]), decode::addr(a[4])),
+            _ => format!("{val}, {}, {}, {val3:#x}", args::addr(a[3]), args::addr(a[4])),
         };
         format!("{head}, {rest}")
     }
 
     fn result(&self, c: &Call, names: &FdNames) -> String {
         if let Some(e) = c.errno() {
-            return decode::error(e);
+            return args::error(e);
         }
         let ret = c.raw.ret;
-        match c.raw.syscall {
-            syscalls::MMAP => format!("{:#x}", ret as u64),
-            syscalls::OPENAT => self.fd(c.tgid(), ret as u64, names, FileId::of(c)),
-            _ => ret.to_string(),
+        match c.syscall().ret {
+            Ret::Addr => format!("{:#x}", ret as u64),
+            Ret::Fd => self.fd(c.tgid(), ret as u64, names, FileId::of(c)),
+            Ret::Int => ret.to_string(),
         }
     }
 
@@ -242,7 +243,7 @@ impl Formatter {
 mod tests {
     use super::*;
     use crate::findings::testing::call;
-    use sonic_probe_common::{EMIT_PATH, EVENT_PROCESS_EXIT, EVENT_SYSCALL_PATH};
+    use sonic_probe_common::{syscalls, EMIT_PATH, EVENT_PROCESS_EXIT, EVENT_SYSCALL_PATH};
 
     fn openat(path: &str, flags: u64, mode: u64, ret: i64) -> Call {
         let mut c =
@@ -301,6 +302,20 @@ mod tests {
         assert_eq!(
             line(s, &mmap),
             "mmap(0x10000000, 4096, PROT_READ|PROT_EXEC, MAP_SHARED|MAP_FIXED|MAP_POPULATE, 3, 0x1000) = 0x10000000\n"
+        );
+    }
+
+    #[test]
+    fn pread64_write_and_ioctl() {
+        let s = Style::default();
+        let pread = call(syscalls::PREAD64, 1, 1, 0, 0, 784, [3, 0x7ffc5a1b2c30, 784, 64, 0, 0]);
+        assert_eq!(line(s, &pread), format!("{:<40}= 784\n", "pread64(3, 0x7ffc5a1b2c30, 784, 64) "));
+        let write = call(syscalls::WRITE, 1, 1, 0, 0, -32, [1, 0x5000, 6, 0, 0, 0]);
+        assert_eq!(line(s, &write), format!("{:<40}= -1 EPIPE (Broken pipe)\n", "write(1, 0x5000, 6) "));
+        let ioctl = call(syscalls::IOCTL, 1, 1, 0, 0, 0, [4, 0xc020462a, 0x7ffd0000, 0, 0, 0]);
+        assert_eq!(
+            line(s, &ioctl),
+            "ioctl(4, _IOC(_IOC_READ|_IOC_WRITE, 0x46, 0x2a, 0x20), 0x7ffd0000) = 0\n"
         );
     }
 

@@ -8,8 +8,8 @@
 //! silent: when the kernel could not send events, a `+++ lost N events +++`
 //! line marks the place, and the total is printed at the end.
 
+pub mod args;
 mod child;
-pub mod decode;
 pub mod fds;
 pub mod format;
 pub mod summary;
@@ -67,7 +67,7 @@ pub struct TraceOptions {
 
 /// `-e trace=futex,read` (or `-e futex,read`, `-e trace=all`) -> a mask.
 pub fn parse_expr(exprs: &[String]) -> Result<u32> {
-    let all = syscalls::mask_of(SYSCALLS.iter().map(|s| s.index));
+    let all = syscalls::all_mask();
     let mut mask = None::<u32>;
     for e in exprs {
         let list = match e.split_once('=') {
@@ -217,11 +217,21 @@ struct Printer<'a> {
     names: FdNames,
     out: Box<dyn Write>,
     opts: &'a TraceOptions,
+    /// Ring-buffer records that were not events of ours (never silently
+    /// dropped: the count is printed at the end).
+    undecodable: u64,
 }
 
 impl Printer<'_> {
     fn handle(&mut self, record: &[u8]) -> Result<()> {
-        let Ok(ev) = decode_event(record) else { return Ok(()) };
+        let ev = match decode_event(record) {
+            Ok(ev) => ev,
+            Err(e) => {
+                self.undecodable += 1;
+                tracing::debug!("undecodable ring buffer record: {e}");
+                return Ok(());
+            }
+        };
         match ev {
             Event::Call(c) => {
                 self.names.before(&c);
@@ -253,19 +263,14 @@ impl Printer<'_> {
 async fn trace(opts: TraceOptions, mut child: Option<WaitingChild>) -> Result<ExitCode> {
     let out = output(&opts)?;
     let mut probe = Probe::load(opts.ringbuf_bytes, None)?;
+    tracing::debug!("{}", probe.describe_kernel());
     probe.set_config(&ProbeConfig {
         filter_flags: FILTER_TARGETS,
-        cgroup_levels: 0,
-        self_tgid: std::process::id(),
         trace_mask: opts.kernel_mask(),
-        error_event_mask: 0,
-        path_events: 0,
-        slow_call_ns: 0,
-        large_size: 0,
-        small_size: 0,
         wakeup_bytes: u64::from(opts.ringbuf_bytes / 8),
-        nr_cpus: aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1),
-        _pad2: 0,
+        // The calls printed or counted (-c), and those -y follows.
+        syscall_mask: opts.syscalls | opts.kernel_mask(),
+        ..crate::probe::base_config()
     })?;
     let mut targets = probe.take_targets()?;
     let store = StatsStore::new(probe.take_aggregates()?, Arc::new(Mutex::new(CommLabels::new(usize::MAX))));
@@ -284,7 +289,7 @@ async fn trace(opts: TraceOptions, mut child: Option<WaitingChild>) -> Result<Ex
             targets.add_thread(requested)?;
         }
     }
-    let mut shutdown = crate::daemon::ShutdownSignals::new()?;
+    let mut shutdown = crate::signals::ShutdownSignals::new()?;
     probe.attach(ProgramGroup::Lifecycle)?;
     probe.attach(ProgramGroup::Syscalls)?;
     // What the roots hold now, before the command runs (it may be gone by
@@ -317,6 +322,7 @@ async fn trace(opts: TraceOptions, mut child: Option<WaitingChild>) -> Result<Ex
         names,
         out,
         opts: &opts,
+        undecodable: 0,
     };
     let mut lost = Lost { reported: 0 };
     // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged, for
@@ -368,6 +374,7 @@ async fn trace(opts: TraceOptions, mut child: Option<WaitingChild>) -> Result<Ex
         printer.handle(&item)?;
     }
     lost.report(&store, &mut *printer.out).map_err(write_err)?;
+    let undecodable = printer.undecodable;
     let mut out = printer.out;
     drop(ring);
 
@@ -380,7 +387,7 @@ async fn trace(opts: TraceOptions, mut child: Option<WaitingChild>) -> Result<Ex
             .map(|s| {
                 let mut r = summary::Row { name: s.name, calls: 0, errors: 0, total_ns: 0 };
                 for ((k, _), v) in &snap.calls {
-                    if k.syscall == s.index {
+                    if k.syscall.index() == s.index {
                         r.calls += call_count(v);
                         r.errors += v.errors;
                         r.total_ns += v.total_ns;
@@ -390,6 +397,10 @@ async fn trace(opts: TraceOptions, mut child: Option<WaitingChild>) -> Result<Ex
             })
             .collect();
         out.write_all(summary::render(&rows).as_bytes()).map_err(write_err)?;
+    }
+    if undecodable > 0 {
+        writeln!(out, "+++ {undecodable} records could not be decoded +++").map_err(write_err)?;
+        eprintln!("sonic-probe: {undecodable} ring buffer records could not be decoded");
     }
     if lost.reported > 0 {
         writeln!(out, "+++ lost {} events in total +++", lost.reported).map_err(write_err)?;
@@ -431,7 +442,7 @@ mod tests {
             syscalls::mask_of([syscalls::FUTEX, syscalls::READ])
         );
         assert_eq!(parse_expr(&["openat".into()]).unwrap(), 1 << syscalls::OPENAT);
-        for bad in ["trace=write", "signal=all", "trace="] {
+        for bad in ["trace=sendmsg", "signal=all", "trace="] {
             assert!(matches!(parse_expr(&[bad.into()]), Err(Error::Usage(_))), "{bad}");
         }
     }

@@ -1,7 +1,7 @@
 //! The per-syscall microbenchmark of `cargo xtask bench`: N calls of one
 //! kind in a loop, timed with CLOCK_MONOTONIC, in nanoseconds per call.
 //!
-//! Usage: sp-bench CALL N [--rate CALLS_PER_SECOND] [--threads T] [--open-files K] [--wait]
+//! Usage: sp-bench CALL N [--rate CALLS_PER_SECOND] [--threads T] [--open-files K] [--cpu C] [--wait]
 //!   read       read 1 KiB from /dev/zero          (traced)
 //!   futex      FUTEX_WAKE with no waiter          (traced)
 //!   openat     openat + close of a regular file   (traced, two calls)
@@ -10,8 +10,10 @@
 //! With --rate it paces itself to that many calls per second (per thread);
 //! --open-files keeps K more regular files open meanwhile; --wait prints
 //! `ready` and waits for a byte on stdin before starting (so that a probe
-//! can attach to exactly the benchmark). Prints `ns_per_call=<f64>
-//! calls=<n> calls_per_second=<f64>`.
+//! can attach to exactly the benchmark, or read its counters just before);
+//! --cpu pins it to CPU C (the bench keeps the tracer on another CPU).
+//! Prints `ns_per_call=<f64> calls=<n> calls_per_second=<f64>`: ns per
+//! system call, so for openat and mmap the mean of the pair.
 
 use std::{
     ffi::CString,
@@ -120,6 +122,18 @@ fn main() {
         })
     };
     let rate = opt("--rate");
+    if let Some(cpu) = opt("--cpu") {
+        // SAFETY: a cpu_set_t on the stack, filled by the libc macros, for
+        // this process (threads spawned later inherit it).
+        let ok = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu as usize, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+        };
+        if !ok {
+            die(&format!("--cpu {cpu}: {}", std::io::Error::last_os_error()));
+        }
+    }
     let threads = opt("--threads").unwrap_or(1).max(1);
     let mut kept = Vec::new();
     for i in 0..opt("--open-files").unwrap_or(0) {

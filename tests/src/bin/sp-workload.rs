@@ -9,7 +9,10 @@
 //!   stall OP MS                the main thread waits MS ms in futex operation
 //!                              OP (wait, wait_bitset, lock_pi, lock_pi2,
 //!                              wait_requeue_pi, waitv) until a thread named
-//!                              "holder" wakes it or unlocks
+//!                              "holder" wakes it or unlocks, MS ms after it
+//!                              saw it blocked (in /proc)
+//!   io PATH                    the fixed sequence of workload::io (pread64,
+//!                              write, ioctl) on PATH, a pipe and /dev/null
 //!   idle                       nothing after the go signal
 //!
 //! Calls go straight to libc (no allocation, no std I/O) after the go
@@ -17,7 +20,7 @@
 
 use std::ffi::CString;
 
-use sonic_probe_tests::workload::exact;
+use sonic_probe_tests::workload::{exact, io};
 
 static mut BUF: [u8; 4096] = [0; 4096];
 
@@ -38,6 +41,8 @@ unsafe fn futex(word: *const u32, op: i32, val: u32, timeout: *const libc::times
 static WORD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 static PI: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 static HELD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+/// Set by the holder once its last futex call has returned.
+static DONE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 const PRIVATE: i32 = libc::FUTEX_PRIVATE_FLAG;
 const FUTEX_LOCK_PI2: i32 = 13;
@@ -61,6 +66,7 @@ fn stall(op: &str, ms: u64) {
     use std::sync::atomic::Ordering::SeqCst;
     let pi = matches!(op, "lock_pi" | "lock_pi2" | "wait_requeue_pi");
     let op_owned = op.to_string();
+    let waiter = gettid();
     let holder = std::thread::spawn(move || {
         let name = CString::new("holder").unwrap();
         // SAFETY: naming our own thread; raw futex calls on static words.
@@ -70,6 +76,15 @@ fn stall(op: &str, ms: u64) {
                 PI.store(gettid(), SeqCst); // take the PI lock, uncontended
             }
             HELD.store(1, SeqCst);
+            // The wait lasts `ms` from when the waiter is blocked in it, however
+            // late a loaded machine lets it get there.
+            let syscall = format!("/proc/self/task/{waiter}/syscall");
+            while !std::fs::read_to_string(&syscall).is_ok_and(|s| {
+                s.starts_with(&format!("{} ", libc::SYS_futex))
+                    || s.starts_with(&format!("{SYS_FUTEX_WAITV} "))
+            }) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
             std::thread::sleep(std::time::Duration::from_millis(ms));
             WORD.store(1, SeqCst);
             match op_owned.as_str() {
@@ -104,6 +119,14 @@ fn stall(op: &str, ms: u64) {
                     futex(PI.as_ptr(), libc::FUTEX_UNLOCK_PI | PRIVATE, 0, std::ptr::null());
                 }
                 _ => {}
+            }
+            // Park in a call no test counts until _exit ends us. A thread
+            // killed inside a system call (its own exit included) is seen by
+            // the tracepoints but not by `strace -c`, which never sees that
+            // call return: the oracle would miss it.
+            DONE.store(1, SeqCst);
+            loop {
+                libc::pause();
             }
         }
     });
@@ -144,8 +167,11 @@ fn stall(op: &str, ms: u64) {
     if ret != 0 {
         die(&format!("futex {op} returned {ret}: {}", std::io::Error::last_os_error()));
     }
-    // No join: pthread_join would add a futex wait of its own; _exit ends
-    // the holder.
+    // No join: pthread_join would add a futex wait of its own. Wait until
+    // the holder's last futex call has returned; _exit then ends it in pause.
+    while DONE.load(SeqCst) == 0 {
+        std::thread::yield_now();
+    }
     drop(holder);
 }
 
@@ -171,8 +197,19 @@ fn main() {
         "spawn" => (num(1), num(2), num(3), 0),
         "futex-wait" => (0, 0, 0, num(1)),
         "stall" => (0, 0, 0, num(2)),
-        "exact" | "idle" => (0, 0, 0, 0),
+        "exact" | "idle" | "io" => (0, 0, 0, 0),
         other => die(&format!("unknown mode {other}")),
+    };
+    let io_path = CString::new(args.get(1).cloned().unwrap_or_default()).unwrap_or_else(|_| die("bad path"));
+    let mut pipe = [-1; 2];
+    let null_fd = if mode == "io" {
+        // SAFETY: valid NUL-terminated path; a pipe into our own array.
+        unsafe {
+            libc::pipe(pipe.as_mut_ptr());
+            libc::open(null.as_ptr(), libc::O_WRONLY)
+        }
+    } else {
+        -1
     };
     let zero_fd = if mode == "spawn" {
         // SAFETY: valid NUL-terminated path.
@@ -231,6 +268,43 @@ fn main() {
             let ts = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
             futex(&word, libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, 0, &ts); // ETIMEDOUT
             futex(&word, libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, 1, &ts); // EAGAIN
+        },
+        "io" => unsafe {
+            let fd = libc::open(io_path.as_ptr(), libc::O_RDONLY);
+            if fd < 0 {
+                die(&format!("open {}: {}", args[1], std::io::Error::last_os_error()));
+            }
+            for i in 0..io::PREADS_OK + io::PREADS_EOF {
+                let off = (i * io::PREAD_SIZE) as libc::off_t;
+                libc::pread(fd, buf(), io::PREAD_SIZE as usize, off);
+            }
+            for _ in 0..io::PREADS_EBADF {
+                libc::pread(-1, buf(), 16, 0);
+            }
+            for _ in 0..io::PREADS_ESPIPE {
+                libc::pread(pipe[0], buf(), 16, 0);
+            }
+            for _ in 0..io::WRITES_NULL {
+                libc::write(null_fd, buf(), io::WRITE_SIZE as usize);
+            }
+            for _ in 0..io::WRITES_PIPE {
+                libc::write(pipe[1], buf(), io::WRITE_SIZE as usize);
+            }
+            for _ in 0..io::WRITES_EBADF {
+                libc::write(-1, buf(), 16);
+            }
+            let mut n: libc::c_int = 0;
+            for _ in 0..io::IOCTLS_OK {
+                libc::ioctl(pipe[0], libc::FIONREAD, &mut n);
+            }
+            let mut tio: libc::termios = std::mem::zeroed();
+            for _ in 0..io::IOCTLS_ENOTTY {
+                libc::ioctl(null_fd, libc::TCGETS, &mut tio);
+            }
+            for _ in 0..io::IOCTLS_EBADF {
+                libc::ioctl(-1, libc::FIONREAD, &mut n);
+            }
+            libc::close(fd);
         },
         "futex-wait" => unsafe {
             static WORD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);

@@ -1,5 +1,5 @@
 //! System-call arguments as strace writes them: open flags, mmap protections
-//! and flags, futex operations, strings, errors.
+//! and flags, ioctl requests, futex operations, strings, errors.
 //!
 //! The tables follow strace 6.1's xlat files (open_mode_flags.in,
 //! mmap_flags.in, mmap_prot.in, futex*.in) and its decoders (futex.c,
@@ -137,6 +137,49 @@ pub fn addr(value: u64) -> String {
     } else {
         format!("{value:#x}")
     }
+}
+
+/// A number in hex as strace's `%#lx` prints it: `0` or `0x1000`.
+pub fn hex(value: u64) -> String {
+    if value == 0 {
+        "0".into()
+    } else {
+        format!("{value:#x}")
+    }
+}
+
+/// ioctl requests strace names (tty and generic file ones; the others it
+/// prints as `_IOC(...)`, as below).
+const IOCTL_NAMES: &[(u32, &str)] = &[
+    (0x5401, "TCGETS"),
+    (0x5402, "TCSETS"),
+    (0x5403, "TCSETSW"),
+    (0x5404, "TCSETSF"),
+    (0x540f, "TIOCGPGRP"),
+    (0x5410, "TIOCSPGRP"),
+    (0x5413, "TIOCGWINSZ"),
+    (0x5414, "TIOCSWINSZ"),
+    (0x541b, "FIONREAD"),
+    (0x5421, "FIONBIO"),
+    (0x5450, "FIONCLEX"),
+    (0x5451, "FIOCLEX"),
+    (0x5452, "FIOASYNC"),
+];
+
+/// An ioctl request: its name if strace has one here, else its fields as
+/// strace's ioctl_print_code writes them, e.g. `_IOC(_IOC_READ|_IOC_WRITE, 0x46, 0x2a, 0x20)`.
+pub fn ioctl_request(code: u32) -> String {
+    if let Some((_, name)) = IOCTL_NAMES.iter().find(|(c, _)| *c == code) {
+        return (*name).to_string();
+    }
+    let dir = match code >> 30 {
+        0 => "_IOC_NONE",
+        1 => "_IOC_WRITE",
+        2 => "_IOC_READ",
+        _ => "_IOC_READ|_IOC_WRITE",
+    };
+    let x = |v: u32| hex(u64::from(v));
+    format!("_IOC({dir}, {}, {}, {})", x((code >> 8) & 0xff), x(code & 0xff), x((code >> 16) & 0x3fff))
 }
 
 /// A string as strace quotes it (non-printable bytes in octal).
@@ -294,6 +337,17 @@ mod tests {
         assert_eq!(dirfd((-100i64) as u64), "AT_FDCWD");
         assert_eq!(dirfd(3), "3");
         assert_eq!(timespec([0, 1_000_000]), "{tv_sec=0, tv_nsec=1000000}");
+    }
+
+    #[test]
+    fn ioctls_like_strace() {
+        assert_eq!(ioctl_request(0x5401), "TCGETS");
+        // NVIDIA's NV_ESC_RM_CONTROL on /dev/nvidiactl, as strace prints it.
+        assert_eq!(ioctl_request(0xc020462a), "_IOC(_IOC_READ|_IOC_WRITE, 0x46, 0x2a, 0x20)");
+        assert_eq!(ioctl_request(0x6400), "_IOC(_IOC_NONE, 0x64, 0, 0)");
+        assert_eq!(ioctl_request(0x40086409), "_IOC(_IOC_WRITE, 0x64, 0x9, 0x8)");
+        assert_eq!(hex(0), "0");
+        assert_eq!(hex(4096), "0x1000");
     }
 
     #[test]

@@ -127,9 +127,4 @@ impl TargetMaps {
     pub fn process_count(&self) -> usize {
         self.processes.keys().filter(|k| k.is_ok()).count()
     }
-
-    /// Whether `tgid` is in the target set, and with which flags.
-    pub fn process_flags(&self, tgid: u32) -> Option<u32> {
-        self.processes.get(&tgid, 0).ok()
-    }
 }

@@ -1,0 +1,57 @@
+//! `sp-reference floor|minimal|minimal-without-PIECE`: attaches one of the
+//! benchmark's reference
+//! BPF programs to raw_syscalls sys_enter/sys_exit (PIECE: clock,
+//! task-storage or aggregation removed, for the breakdown), prints `attached` on
+//! stderr and holds them until it is killed (SIGINT/SIGTERM) or its stdin
+//! closes; the kernel detaches them when the process ends.
+//!
+//! Why a binary of its own: `cargo xtask bench` compares sonic-probe with
+//! these programs, and xtask must build on a fresh machine before clang
+//! and libbpf's headers (which the BPF objects need) are installed by its
+//! own `setup`; so xtask does not link the BPF objects, this does.
+
+use std::{io::Read, process::ExitCode};
+
+use aya::{programs::BtfTracePoint, Btf, EbpfLoader};
+
+fn attach(object: &[u8], enter: &str, exit: &str) -> anyhow::Result<aya::Ebpf> {
+    let btf = Btf::from_sys_fs()?;
+    // aya 0.14 has no type for task storage maps; the kernel does.
+    let mut ebpf = EbpfLoader::new().btf(Some(&btf)).allow_unsupported_maps().load(object)?;
+    for (name, tp) in [(enter, "sys_enter"), (exit, "sys_exit")] {
+        let p: &mut BtfTracePoint =
+            ebpf.program_mut(name).ok_or_else(|| anyhow::anyhow!("no program {name}"))?.try_into()?;
+        p.load(tp, &btf)?;
+        p.attach()?;
+    }
+    Ok(ebpf)
+}
+
+fn main() -> ExitCode {
+    let which = std::env::args().nth(1).unwrap_or_default();
+    let attached = match which.as_str() {
+        "floor" => attach(sonic_probe_ebpf::FLOOR_OBJECT, "floor_enter", "floor_exit"),
+        "minimal" => attach(sonic_probe_ebpf::MINIMAL_OBJECT, "minimal_enter", "minimal_exit"),
+        other => match other
+            .strip_prefix("minimal-without-")
+            .and_then(|piece| sonic_probe_ebpf::MINIMAL_WITHOUT.iter().find(|(p, _)| *p == piece))
+        {
+            Some((_, object)) => attach(object, "minimal_enter", "minimal_exit"),
+            None => {
+                let pieces: Vec<&str> = sonic_probe_ebpf::MINIMAL_WITHOUT.iter().map(|(p, _)| *p).collect();
+                eprintln!("usage: sp-reference floor|minimal|minimal-without-{{{}}}", pieces.join(","));
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let _ebpf = match attached {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("sp-reference: cannot attach {which}: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    eprintln!("attached {which}");
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+    ExitCode::SUCCESS
+}

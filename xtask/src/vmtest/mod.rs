@@ -1,0 +1,497 @@
+//! `cargo xtask vmtest`: sonic-probe's integration tests on other kernels
+//! than the host's, Debian's cloud kernels booted in qemu: 5.10 (Debian 11
+//! bullseye), 6.1 (Debian 12 bookworm) and 6.12 (bookworm-backports).
+//!
+//! Why: everything else runs on the host's kernel only, and BPF programs
+//! meet a different verifier, different BTF and different tracepoint
+//! arguments on every kernel. 6.1 is what Debian 12 machines run, 5.10 what
+//! Debian 11 machines still run, 6.12 the newer LTS kernel many upgrade to;
+//! a program a verifier rejects, or a number that comes out differently
+//! there, must fail here and not on a user's box.
+//!
+//! How ([`kernel`]): each kernel is the package `linux-image-cloud-amd64`
+//! depends on in its release, found and fetched with apt under a private
+//! configuration (target/vmtest/apt/VERSION/: its own sources list, lists
+//! and cache, on the machine's Debian mirror; the machine's apt
+//! configuration, lists and cache are left alone) and unpacked (dpkg-deb -x)
+//! into target/vmtest/kernel/<package>/ once. Everything the guest needs is
+//! built in (=y) in those kernels (BTF at /sys/kernel/btf/vmlinux, BPF, BTF
+//! tracepoints, cgroup2, devtmpfs, the 8250 serial console, initramfs,
+//! loopback networking); [`kernel::KERNEL_CONFIG`] checks that, so no module
+//! is loaded. The guest is an initramfs written here ([`initramfs`]: cpio
+//! newc, uncompressed): static busybox, xtask/vm/init.sh as /init, and
+//! sonic-probe, sp-workload and the chosen test binaries built with
+//! `+crt-static` into target/vmtest ([`binaries`]: a target dir of their
+//! own, so the normal build stays valid). qemu boots it with TCG (no KVM
+//! needed), /init runs the tests with SONIC_PROBE_REQUIRE_PRIVILEGED=1 and
+//! prints `SONIC-VMTEST-RESULT pass` or `fail N` on the serial console, then
+//! powers off ([`guest`]). The console is streamed to the terminal and saved
+//! to target/vmtest/serial-VERSION.log; a missing result line, a failed,
+//! flaky or missing test, a kernel warning or oops while the tests ran, or
+//! the timeout fail the kernel. `--kernel all` (the default) boots the
+//! kernels one after the other with the same initramfs and fails if any
+//! failed.
+//!
+//! `-- COMMAND [ARGS...]` boots the kernel(s) to run COMMAND instead of the
+//! tests, with sonic-probe, sp-workload and sp-bench on PATH next to the
+//! tools below, and exits with its status: how to answer "it fails on my
+//! kernel" without that machine. `--env NAME=VALUE` (repeatable) is exported
+//! in the guest before the tests or the command.
+//!
+//! The tests run in the guest ([`PLAN`]): TCG runs the guest some 10-50
+//! times slower than the host, so the subset is the tests that say the most
+//! about a kernel (programs that load, attach and count exactly) and need
+//! nothing but busybox, our binaries and a few host tools copied in with
+//! their libraries ([`initramfs::HOST_TOOLS`]: strace, bpftool, setpriv,
+//! setarch, GNU dd and cat):
+//! - core: all but promtool's check: exact counts against sp-workload's
+//!   known calls (pid, comm and cgroup2 targets, threads and forked
+//!   children, non-targets, the max-comms fold), dd against strace -c,
+//!   pread64, write and ioctl exactly and against strace -c, the
+//!   futex latency bucket, the HTTP endpoints with the five programs
+//!   attached, and BPF run-time statistics.
+//! - diagnoses: every futex wait operation as a stall with its waker (the
+//!   PI ops, FUTEX_LOCK_PI2 and futex_waitv included), and the findings
+//!   command. Left out: the tests that run the Python service stand-in.
+//! - ops: capabilities dropped after attach, running with only CAP_BPF and
+//!   CAP_PERFMON (what those allow changed across kernels), BTF from a
+//!   file, sd_notify, SIGHUP reload, the shipped config attaching to the
+//!   whole host. Left out: systemd-analyze's check of the unit and the
+//!   config-error test (no kernel involved in either).
+//! - trace: line-by-line and -c comparisons with strace (dd, cat), exit
+//!   status, -f and threads, Ctrl-C detach, lost-event accounting. Left
+//!   out: the comparisons on python3 (none in the guest).
+//! - reliability: ring-buffer overflow accounted exactly, pid reuse, a pid
+//!   target exiting, processes entering a cgroup target later. Left out:
+//!   the 10000-process churn (minutes under TCG) and the HTTP abuse tests
+//!   (no kernel involved).
+//! - cli: every bad input of docs/bad-input.md, missing privileges, and
+//!   nothing left in the kernel after any way of stopping (bpftool).
+//! - kernels: the variant of the BPF programs follows the features the
+//!   kernel accepts (all fallbacks on 5.10), a kernel reporting 2.6 still
+//!   attaches, and each fallback forced alone counts exactly.
+//! - prometheus.rs is left out whole: it needs Prometheus and python3.
+//!
+//! Each test runs as its own process (its start and end marked on the
+//! console, killed if it hangs for 3 minutes), with its output through a
+//! pipe as under CI. Tests with tight time bounds get one retry
+//! ([`RETRY_ONCE`]); a pass on the retry is flaky, and fails the kernel
+//! unless [`ALLOWED_FLAKY`] says why it may be. Exactness tests are never
+//! retried. Tests that read repository files find them at the path they
+//! were built in ([`initramfs::REPO_FILES`]).
+//!
+//! Time, boot to power-off for the 36 tests (34 when measured), on this project's 2-core
+//! machine: 6.1 275-290 s and 6.12 190 s with the host otherwise quiet;
+//! 420 and 390 s with other builds competing for the cores. The boot itself
+//! takes about 5 s; a first run adds the kernels' download (seconds) and
+//! the static build (minutes).
+
+mod binaries;
+mod guest;
+mod initramfs;
+mod kernel;
+
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+
+use super::root;
+
+/// Debian packages the VM test needs, and a file each provides.
+const VM_PACKAGES: &[(&str, &str)] = &[
+    ("qemu-system-x86", "/usr/bin/qemu-system-x86_64"),
+    ("busybox-static", initramfs::BUSYBOX),
+    ("strace", "/usr/bin/strace"),
+    ("bpftool", "/usr/sbin/bpftool"),
+    ("util-linux", "/usr/bin/setpriv"),
+];
+
+/// The tests run in the guest: (test binary, tests). Why these: see above.
+const PLAN: &[(&str, &[&str])] = &[
+    (
+        "core",
+        &[
+            "exact_counts_for_a_known_workload",
+            "dd_counts_equal_strace_counts",
+            "comm_targets_include_running_and_later_processes",
+            "a_200ms_futex_wait_lands_in_the_right_bucket",
+            "a_process_that_is_not_a_target_contributes_nothing",
+            "threads_and_forked_children_of_a_pid_target_are_followed",
+            "cgroup_targets_include_descendant_cgroups",
+            "http_endpoints",
+            "names_beyond_max_comms_are_exported_as_other",
+            "bpf_run_time_statistics_with_bpf_stats",
+            "pread64_write_and_ioctl_counts_are_exact",
+            "pread64_write_and_ioctl_counts_equal_strace_counts",
+        ],
+    ),
+    (
+        "diagnoses",
+        &["every_futex_wait_operation_is_a_stall_with_its_waker", "findings_command_prints_a_table_and_json"],
+    ),
+    (
+        "ops",
+        &[
+            "capabilities_are_dropped_after_attach",
+            "check_config_accepts_the_shipped_config_and_attaches",
+            "btf_from_a_file_is_used_for_loading",
+            "systemd_notify_ready_after_attach_reload_and_stopping",
+            "sighup_reloads_targets_and_thresholds_without_resetting_counters",
+            "it_runs_with_only_cap_bpf_and_cap_perfmon",
+        ],
+    ),
+    (
+        "trace",
+        &[
+            "exit_status_passes_through",
+            "threads_are_traced_with_f_and_only_the_given_thread_without",
+            "ctrl_c_detaches_and_leaves_the_process_running",
+            "a_lost_event_is_never_silent",
+            "dd_like_strace",
+            "cat_like_strace",
+        ],
+    ),
+    (
+        "reliability",
+        &[
+            "a_flood_through_a_tiny_ring_buffer_is_accounted_exactly",
+            "a_reused_pid_is_never_counted_under_the_old_name",
+            "a_pid_target_that_exits_is_reported_and_the_daemon_keeps_serving",
+            "processes_entering_a_cgroup_target_later_are_picked_up",
+        ],
+    ),
+    (
+        "cli",
+        &[
+            "every_bad_input_of_the_table",
+            "missing_privileges_are_one_clear_line",
+            "every_way_of_stopping_detaches_everything",
+        ],
+    ),
+    (
+        "kernels",
+        &[
+            "the_variant_in_use_follows_the_kernels_features",
+            "a_kernel_that_reports_version_2_6_is_judged_by_its_features",
+            "each_fallback_alone_counts_exactly_and_names_the_waker",
+        ],
+    ),
+];
+
+/// Tests with wall-clock bounds that a vCPU preempted on a busy host can
+/// miss under TCG: run again once after a failure. A pass on the retry is
+/// reported as flaky and fails the kernel unless the test is in
+/// [`ALLOWED_FLAKY`]. Exactness tests (counts, bytes) are never retried: a
+/// count that is wrong once is a bug.
+const RETRY_ONCE: &[&str] =
+    &["a_200ms_futex_wait_lands_in_the_right_bucket", "every_futex_wait_operation_is_a_stall_with_its_waker"];
+
+/// Tests that may pass on their retry without failing the run, and why.
+const ALLOWED_FLAKY: &[(&str, &str)] = &[
+    (
+        "a_200ms_futex_wait_lands_in_the_right_bucket",
+        "the workload's other futex calls must each take under 67 ms and its 200 ms wait under \
+         268 ms (one bucket up): a guest vCPU the loaded host leaves unscheduled for ~70 ms breaks \
+         either under TCG, which real hardware does not",
+    ),
+    (
+        "every_futex_wait_operation_is_a_stall_with_its_waker",
+        "each wait must measure >= 390 ms for the holder's 400 ms sleep (started once the waiter \
+         is blocked): under TCG with the host's cores busy elsewhere the guest's clock has read \
+         0.388 and 0.389 s (host load 13, on 6.1 and 6.12), which real hardware does not",
+    ),
+];
+
+/// Boot to power-off, per kernel, unless --timeout says otherwise. The
+/// 36-test plan took 554-600 s per kernel on a 2-core machine that was also
+/// building (one 6.1 run hit the old 600 s limit in its last test, every
+/// test before it passing); room for that and for one hung test (killed in
+/// the guest after 180 s).
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(900);
+
+const USAGE: &str = "usage: cargo xtask vmtest [--kernel 5.10|6.1|6.12|all] [--env NAME=VALUE]... \
+                     [--timeout SECS] [--only TEST,...] [-- COMMAND [ARGS...]]";
+
+#[derive(Debug)]
+struct Options {
+    kernels: Vec<&'static kernel::Spec>,
+    timeout: Duration,
+    only: Option<Vec<String>>,
+    /// Exported in the guest before the tests or the command.
+    env: Vec<(String, String)>,
+    /// Run this in the guest instead of the tests.
+    command: Option<Vec<String>>,
+}
+
+/// What the guest runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Tests,
+    Command,
+}
+
+fn kernel_choices() -> String {
+    let versions: Vec<&str> = kernel::KERNELS.iter().map(|k| k.version).collect();
+    format!("{} or all", versions.join(", "))
+}
+
+/// Every error is one line (main prefixes "xtask: error: ").
+fn parse_args(args: &[String]) -> Result<Options> {
+    let mut opts = Options {
+        kernels: kernel::KERNELS.iter().collect(),
+        timeout: DEFAULT_TIMEOUT,
+        only: None,
+        env: Vec::new(),
+        command: None,
+    };
+    // An option's value; a missing one, or the next option taken for it, is an error.
+    fn value<'a>(it: &mut std::slice::Iter<'a, String>, opt: &str, what: &str) -> Result<&'a str> {
+        match it.next() {
+            Some(v) if !v.starts_with("--") && !v.is_empty() => Ok(v),
+            _ => bail!("vmtest: {opt} needs {what}"),
+        }
+    }
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--kernel" => {
+                let v = value(&mut it, "--kernel", &format!("a kernel version: {}", kernel_choices()))?;
+                opts.kernels = kernel::select(v).with_context(|| {
+                    format!("vmtest: --kernel {v}: not a kernel vmtest boots ({})", kernel_choices())
+                })?;
+            }
+            "--env" => {
+                let v = value(&mut it, "--env", "NAME=VALUE")?;
+                opts.env.push(parse_env(v)?);
+            }
+            "--timeout" => {
+                let v = value(&mut it, "--timeout", "a number of seconds")?;
+                let secs: u64 = v
+                    .parse()
+                    .ok()
+                    .filter(|s| *s > 0)
+                    .with_context(|| format!("vmtest: --timeout {v}: not a number of seconds"))?;
+                opts.timeout = Duration::from_secs(secs);
+            }
+            "--only" => {
+                let v = value(&mut it, "--only", "test names (TEST[,TEST...])")?;
+                opts.only = Some(v.split(',').map(str::to_string).collect());
+            }
+            "--" => {
+                let command: Vec<String> = it.by_ref().cloned().collect();
+                if command.first().is_none_or(|c| c.is_empty()) {
+                    bail!("vmtest: `--` must be followed by a command to run in the guest");
+                }
+                opts.command = Some(command);
+            }
+            other => bail!("vmtest: unknown argument {other:?}; {USAGE}"),
+        }
+    }
+    if opts.command.is_some() && opts.only.is_some() {
+        bail!("vmtest: --only picks tests, and `-- COMMAND` runs a command instead of them: not both");
+    }
+    Ok(opts)
+}
+
+/// NAME=VALUE, NAME a shell variable name.
+fn parse_env(v: &str) -> Result<(String, String)> {
+    let Some((name, value)) = v.split_once('=') else {
+        bail!("vmtest: --env {v}: not NAME=VALUE");
+    };
+    let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        bail!("vmtest: --env {v}: {name:?} is not a variable name");
+    }
+    Ok((name.to_string(), value.to_string()))
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    if args.iter().take_while(|a| *a != "--").any(|a| a == "-h" || a == "--help") {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    let opts = parse_args(args)?;
+    let started = Instant::now();
+    let mode = if opts.command.is_some() { Mode::Command } else { Mode::Tests };
+    let plan = match mode {
+        Mode::Tests => plan(opts.only.as_deref())?,
+        Mode::Command => Vec::new(),
+    };
+    super::setup(false)?;
+    vm_setup()?;
+    let mirror = kernel::Mirror::of_machine()?;
+    let kernels: Vec<kernel::Kernel> = opts
+        .kernels
+        .iter()
+        .map(|spec| {
+            kernel::fetch(spec, &mirror)
+                .with_context(|| format!("cannot get the {} cloud kernel ({})", spec.version, spec.release))
+        })
+        .collect::<Result<_>>()?;
+    let bins = binaries::build(&plan).context("cannot build the static binaries for the guest")?;
+    let initramfs = initramfs::write(&kernels, &bins, &plan, &opts.env, opts.command.as_deref())
+        .context("cannot write the initramfs")?;
+    let prepared = started.elapsed();
+
+    let mut runs = Vec::new();
+    for k in &kernels {
+        let booted = Instant::now();
+        let outcome = guest::boot(k, &initramfs, opts.timeout, mode)?;
+        let took = booted.elapsed();
+        if mode == Mode::Tests {
+            outcome.print_summary(k, took);
+        } else {
+            outcome.print_command_status(k, took);
+        }
+        runs.push((k, outcome, took));
+    }
+
+    eprintln!("\n== vmtest: {} kernel(s)", runs.len());
+    if !opts.env.is_empty() {
+        let env: Vec<String> = opts.env.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        eprintln!("environment: {}", env.join(" "));
+    }
+    let mut failures = Vec::new();
+    let mut command_status = None;
+    for (k, outcome, took) in &runs {
+        let verdict = match mode {
+            Mode::Tests => outcome.judge(&plan, k).map(|passed| format!("pass, {passed} tests passed")),
+            Mode::Command => outcome.command_exit(k).map(|status| {
+                if status != 0 && command_status.is_none() {
+                    command_status = Some(status);
+                }
+                format!("exit status {status}")
+            }),
+        };
+        let line = match verdict {
+            Ok(v) => v,
+            Err(e) => {
+                let line = format!("FAIL: {e:#}");
+                failures.push(format!("{}: {e:#}", k.spec.version));
+                line
+            }
+        };
+        eprintln!("  {:<5} {:<36} {:>4.0} s  {line}", k.spec.version, k.package, took.as_secs_f64());
+    }
+    eprintln!(
+        "build and kernels: {:.0} s; whole task: {:.0} s",
+        prepared.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    if !failures.is_empty() {
+        bail!("vmtest failed on {}", failures.join("; "));
+    }
+    if let Some(status) = command_status {
+        // The command's own status is the task's: exit with it, as `ssh` would.
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        std::process::exit(status);
+    }
+    Ok(())
+}
+
+fn dir() -> PathBuf {
+    root().join("target/vmtest")
+}
+
+fn path_str(p: &Path) -> Result<&str> {
+    p.to_str().with_context(|| format!("{}: not UTF-8", p.display()))
+}
+
+/// The plan, or the part of it --only names.
+fn plan(only: Option<&[String]>) -> Result<Vec<(&'static str, Vec<&'static str>)>> {
+    let Some(only) = only else {
+        return Ok(PLAN.iter().map(|(bin, tests)| (*bin, tests.to_vec())).collect());
+    };
+    for name in only {
+        if !PLAN.iter().any(|(_, tests)| tests.contains(&name.as_str())) {
+            bail!("vmtest: --only {name}: not a test of the vmtest plan (see xtask/src/vmtest/mod.rs)");
+        }
+    }
+    Ok(PLAN
+        .iter()
+        .map(|(bin, tests)| (*bin, tests.iter().copied().filter(|t| only.iter().any(|o| o == t)).collect()))
+        .filter(|(_, tests): &(&str, Vec<&str>)| !tests.is_empty())
+        .collect())
+}
+
+/// Installs qemu and a static busybox if missing.
+fn vm_setup() -> Result<()> {
+    let mut missing: Vec<&str> =
+        VM_PACKAGES.iter().filter(|(_, file)| !Path::new(file).exists()).map(|(pkg, _)| *pkg).collect();
+    // Debian's `busybox` package has a dynamically linked /bin/busybox,
+    // useless in the guest; busybox-static replaces it.
+    let busybox = Path::new(initramfs::BUSYBOX);
+    if busybox.exists() && !binaries::is_static(busybox)? {
+        missing.push("busybox-static");
+    }
+    super::apt_install(&missing)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Options> {
+        parse_args(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    fn err(args: &[&str]) -> String {
+        format!("{:#}", parse(args).expect_err("an error"))
+    }
+
+    #[test]
+    fn kernels_default_to_all_and_can_be_picked() {
+        let versions = |o: Options| o.kernels.iter().map(|k| k.version).collect::<Vec<_>>();
+        assert_eq!(versions(parse(&[]).unwrap()), ["5.10", "6.1", "6.12"]);
+        assert_eq!(versions(parse(&["--kernel", "all"]).unwrap()), ["5.10", "6.1", "6.12"]);
+        assert_eq!(versions(parse(&["--kernel", "6.1"]).unwrap()), ["6.1"]);
+        assert_eq!(versions(parse(&["--kernel", "6.12,5.10"]).unwrap()), ["5.10", "6.12"]);
+    }
+
+    #[test]
+    fn bad_arguments_are_one_line() {
+        for (args, says) in [
+            (&["--kernel", "4.19"][..], "--kernel 4.19: not a kernel vmtest boots (5.10, 6.1, 6.12 or all)"),
+            (&["--kernel"], "--kernel needs a kernel version"),
+            (&["--kernel", "--", "true"], "--kernel needs a kernel version"),
+            (&["--"], "`--` must be followed by a command"),
+            (&["--kernel", "6.1", "--", ""], "`--` must be followed by a command"),
+            (&["--env", "X"], "--env X: not NAME=VALUE"),
+            (&["--env", "1X=2"], "not a variable name"),
+            (&["--env"], "--env needs NAME=VALUE"),
+            (&["--timeout", "soon"], "not a number of seconds"),
+            (&["--bogus"], "unknown argument \"--bogus\""),
+            (&["--only", "http_endpoints", "--", "true"], "not both"),
+        ] {
+            let e = err(args);
+            assert!(e.contains(says), "{args:?}: {e}");
+            assert!(!e.contains('\n'), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_command_takes_every_argument_after_the_separator() {
+        let o = parse(&["--kernel", "5.10", "--env", "A=b=c", "--", "sh", "-c", "--kernel x"]).unwrap();
+        assert_eq!(o.command.unwrap(), ["sh", "-c", "--kernel x"]);
+        assert_eq!(o.env, [("A".to_string(), "b=c".to_string())]);
+    }
+
+    #[test]
+    fn retried_and_flaky_tables_hold_together() {
+        let planned = |t: &str| PLAN.iter().any(|(_, tests)| tests.contains(&t));
+        for t in RETRY_ONCE {
+            assert!(planned(t), "{t}");
+            // Exactness tests are never retried.
+            assert!(!t.contains("exact"), "{t}");
+        }
+        for (t, why) in ALLOWED_FLAKY {
+            assert!(RETRY_ONCE.contains(t), "{t} may be flaky but is never retried");
+            assert!(!why.is_empty());
+        }
+    }
+}
