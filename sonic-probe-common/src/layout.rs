@@ -44,6 +44,10 @@ shared_struct! {
         /// Character-device majors of GPU drivers (from /proc/devices), 0 in
         /// unused slots: their descriptors are FILE_CLASS_GPU.
         pub gpu_majors: [u32; 8],
+        /// Non-zero: statistics are kept per cgroup too (StatsKey.cgroup,
+        /// ErrorKey.cgroup), for the `workload` label; 0 leaves them 0.
+        pub workload_cgroups: u32,
+        pub _pad: u32,
     }
 }
 
@@ -88,6 +92,11 @@ shared_struct! {
         /// Name of the thread-group leader when the call ended; all zero in
         /// the overflow entries.
         pub comm: [u8; 16],
+        pub _pad: u32,
+        /// The caller's cgroup v2 id when the call ended (the `workload`),
+        /// 0 with probe_config.workload_cgroups off and in overflow entries.
+        /// Per cgroup, not per process: no entry per new process.
+        pub cgroup: u64,
     }
 }
 
@@ -126,6 +135,9 @@ shared_struct! {
         /// Name of the thread-group leader when the call ended; all zero in
         /// the overflow entries.
         pub comm: [u8; 16],
+        pub _pad: u32,
+        /// As StatsKey.cgroup.
+        pub cgroup: u64,
     }
 }
 
@@ -240,6 +252,8 @@ shared_struct! {
         pub cpu: u32,
         /// bpf_ktime_get_ns() (CLOCK_MONOTONIC) of the event; the call's entry for calls.
         pub time_ns: u64,
+        /// cgroup v2 id of the thread when the event was made (its `workload`).
+        pub cgroup: u64,
     }
 }
 
@@ -330,14 +344,16 @@ pub(crate) fn write_c_structs(out: &mut String) {
 
 // The sizes the ring buffer reader relies on. The programs and the daemon
 // are built together from these definitions; kind numbers are never reused.
-const _: () = assert!(core::mem::size_of::<EventHeader>() == 24);
-const _: () = assert!(core::mem::size_of::<SyscallEvent>() == 184);
-const _: () = assert!(core::mem::size_of::<SyscallPathEvent>() == 184 + PATH_CAP);
-const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 48);
+const _: () = assert!(core::mem::size_of::<EventHeader>() == 32);
+const _: () = assert!(core::mem::size_of::<SyscallEvent>() == 192);
+const _: () = assert!(core::mem::size_of::<SyscallPathEvent>() == 192 + PATH_CAP);
+const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 56);
 const _: () = assert!(core::mem::size_of::<FutexWakeRing>() == 8 + 40 * FUTEX_WAKE_SLOTS as usize);
 const _: () = assert!(core::mem::size_of::<SyscallStats>() == 8 * (5 + LATENCY_BUCKETS + SIZE_BUCKETS));
+const _: () = assert!(core::mem::size_of::<StatsKey>() == 32);
+const _: () = assert!(core::mem::size_of::<ErrorKey>() == 32);
 const _: () = assert!(core::mem::size_of::<ThreadState>() == 88 + PATH_CAP);
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 64 + 4 * MAX_GPU_MAJORS);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 72 + 4 * MAX_GPU_MAJORS);
 
 #[cfg(test)]
 mod tests {

@@ -24,6 +24,8 @@ pub struct RunConfig {
     pub large_map_bytes: u64,
     pub small_read_bytes: u64,
     pub max_comms: usize,
+    /// Where workloads come from, and where their names are read.
+    pub workloads: crate::workloads::WorkloadSettings,
     pub ringbuf_bytes: u32,
     /// Syscall indices traced (probe_config.syscall_mask).
     pub syscalls: u32,
@@ -46,6 +48,8 @@ pub const MAX_RINGBUF_BYTES: u64 = 1 << 30;
 pub const MIN_RINGBUF_BYTES: u64 = 4096;
 /// Upper bound of --max-comms, to keep label cardinality sane.
 pub const MAX_COMM_LABELS: usize = 100_000;
+/// Upper bound of --max-workloads: a node runs tens of services, not thousands.
+pub const MAX_WORKLOAD_LABELS: usize = 4096;
 
 impl RunConfig {
     /// The configuration of `run`: its flags over its config file (if any).
@@ -70,6 +74,13 @@ impl RunConfig {
             large_map_bytes: given(a.large_map_threshold),
             small_read_bytes: given(a.small_read_threshold),
             max_comms: check_max_comms(given(a.max_comms))?,
+            workloads: crate::workloads::WorkloadSettings::new(
+                given(a.workload_from),
+                crate::procfs::cgroup2_mount(),
+                given(a.containers_log_dir.clone()),
+                check_max_workloads(given(a.max_workloads))?,
+            )
+            .map_err(Error::usage)?,
             ringbuf_bytes: check_ringbuf_size(given(a.ringbuf_size))?,
             syscalls: check_syscalls(given(a.syscalls))?,
             bpf_stats: a.bpf_stats,
@@ -152,6 +163,13 @@ fn findings_settings(a: &RunArgs) -> Result<Settings> {
 fn check_max_comms(n: usize) -> Result<usize> {
     if n == 0 || n > MAX_COMM_LABELS {
         return Err(Error::usage(format!("--max-comms {n}: must be between 1 and {MAX_COMM_LABELS}")));
+    }
+    Ok(n)
+}
+
+fn check_max_workloads(n: usize) -> Result<usize> {
+    if n == 0 || n > MAX_WORKLOAD_LABELS {
+        return Err(Error::usage(format!("--max-workloads {n}: must be between 1 and {MAX_WORKLOAD_LABELS}")));
     }
     Ok(n)
 }
@@ -267,6 +285,14 @@ mod tests {
         use clap::Parser;
         assert!(crate::cli::Cli::try_parse_from(["sonic-probe", "run", "--syscalls", ","]).is_err());
         assert!(check_syscalls(1 << 31).is_err());
+    }
+
+    #[test]
+    fn max_workloads_bounds() {
+        assert!(check_max_workloads(0).is_err());
+        assert!(check_max_workloads(1).is_ok());
+        assert!(check_max_workloads(MAX_WORKLOAD_LABELS).is_ok());
+        assert!(check_max_workloads(MAX_WORKLOAD_LABELS + 1).is_err());
     }
 
     #[test]

@@ -33,6 +33,7 @@ use crate::{
     findings::FindingsService,
     http::{self, HttpState},
     labels::CommLabels,
+    workloads::Workloads,
     metrics::{FindingsCollector, ProbeCollector},
     options::RunArgs,
     probe::{Probe, TargetMaps},
@@ -149,6 +150,7 @@ pub fn probe_config(config: &RunConfig) -> ProbeConfig {
         small_size: config.small_read_bytes,
         wakeup_bytes: u64::from(config.ringbuf_bytes / 4),
         syscall_mask: config.syscalls,
+        workload_cgroups: u32::from(config.workloads.enabled()),
         ..crate::probe::base_config()
     }
 }
@@ -193,14 +195,15 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     let (tx, rx) = mpsc::channel(EVENT_QUEUE);
     let reader = tokio::spawn(events::reader::run(ring, tx, reader_stats.clone()));
     let pid_targets: Vec<u32> = config.targets.pids.iter().map(|p| p.tgid).collect();
-    let findings = FindingsService::new(&config.findings, open_files);
+    let workloads = Arc::new(Mutex::new(Workloads::from_settings(&config.workloads)));
+    let findings = FindingsService::new(&config.findings, open_files, workloads.clone());
     let consumer = tokio::spawn(consume(rx, pid_targets, findings.clone()));
 
     let attached = probe.attached().join(", ");
     let n_attached = probe.attached().len();
     let probe = Arc::new(Mutex::new(probe));
     let labels = Arc::new(Mutex::new(CommLabels::new(config.max_comms)));
-    let store = Arc::new(Mutex::new(StatsStore::new(aggregates, labels.clone())));
+    let store = Arc::new(Mutex::new(StatsStore::new(aggregates, labels.clone(), workloads.clone())));
     let targets = Arc::new(Mutex::new(targets));
     let collector = ProbeCollector::new(
         probe.clone(),
@@ -208,12 +211,18 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
         targets.clone(),
         reader_stats.clone(),
         labels.clone(),
+        workloads.clone(),
         findings.clone(),
         config.targets.is_whole_host(),
     );
     registry.register(Box::new(collector)).context("cannot register the metrics")?;
     registry
-        .register(Box::new(FindingsCollector::new(findings.clone(), labels.clone(), config.max_comms)))
+        .register(Box::new(FindingsCollector::new(
+            findings.clone(),
+            labels.clone(),
+            workloads.clone(),
+            config.max_comms,
+        )))
         .context("cannot register the findings metrics")?;
     http_state.set_findings(findings.clone());
     registry
@@ -303,6 +312,7 @@ impl Reloader {
             ("listen", new.listen != old.listen),
             ("ringbuf_size", new.ringbuf_bytes != old.ringbuf_bytes),
             ("max_comms", new.max_comms != old.max_comms),
+            ("workload_from, containers_log_dir, max_workloads", new.workloads != old.workloads),
             ("bpf_stats", new.bpf_stats != old.bpf_stats),
             ("btf", new.btf != old.btf),
             ("log_level", new.log_level != old.log_level),
@@ -320,6 +330,7 @@ impl Reloader {
             listen: old.listen,
             ringbuf_bytes: old.ringbuf_bytes,
             max_comms: old.max_comms,
+            workloads: old.workloads.clone(),
             bpf_stats: old.bpf_stats,
             btf: old.btf.clone(),
             log_level: old.log_level.clone(),

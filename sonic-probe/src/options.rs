@@ -17,6 +17,7 @@ use serde::{de::Error as _, Deserialize, Deserializer};
 
 use crate::{
     findings::PathDisplay,
+    workloads::WorkloadFrom,
     units::{parse_duration, parse_listen, parse_size, parse_syscalls},
 };
 
@@ -161,6 +162,26 @@ run_options! {
     /// names are exported as comm="other".
     #[arg(long, value_name = "N")]
     max_comms: Option<usize> = 256;
+
+    /// Where the `workload` label (the systemd unit, Kubernetes container or
+    /// Docker container of a process) comes from: auto (the cgroup v2
+    /// hierarchy when one is mounted, else none, logged), cgroup (refuse to
+    /// start without a cgroup v2 hierarchy) or none (workload="" on every
+    /// series). Read at start only.
+    #[arg(long, value_name = "HOW")]
+    workload_from: Option<WorkloadFrom> = "auto";
+
+    /// Directory where the kubelet publishes container names
+    /// (<pod>_<namespace>_<container>-<id>.log), read again when a container
+    /// is not found there, at most once per scrape. A missing directory
+    /// leaves Kubernetes containers named by pod UID and container id.
+    #[arg(long, value_name = "DIR")]
+    containers_log_dir: Option<PathBuf> = "/var/log/containers";
+
+    /// Distinct workloads exported as their own `workload` label; further
+    /// ones are exported as workload="other".
+    #[arg(long, value_name = "N")]
+    max_workloads: Option<usize> = 128;
 
     /// Size of the BPF ring buffer that carries per-call events: a power of
     /// two, at least 4KiB. Losses are counted in

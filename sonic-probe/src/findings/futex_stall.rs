@@ -80,6 +80,7 @@ impl Detector for FutexStall {
         let comm = c.process_name();
         metrics.add_stall(&comm, &thread);
         let rec = self.records.map.entry((input.incarnation, c.tid())).or_insert_with(|| Record {
+            cgroup: 0,
             detail: Detail::FutexStall {
                 tid: c.tid(),
                 thread: thread.clone(),
@@ -144,6 +145,7 @@ impl Detector for FutexStall {
 }
 
 impl Tracked for Record {
+    cgroup: 0,
     fn last_ns(&self) -> u64 {
         self.last_ns
     }

@@ -4,7 +4,7 @@
 //! exact counts need. Listed like that, a harmless pattern of a tool that
 //! runs a thousand times becomes a thousand findings. Here the findings of
 //! processes that have exited are folded by problem: the same kind, process
-//! name and key (the path; the syscall and errno; the size and file; the
+//! name, cgroup (workload) and key (the path; the syscall and errno; the size and file; the
 //! thread name) make one finding, with the number of processes, a few pids
 //! and the sums of their counts. A process that is still running keeps its
 //! own finding with its own pid, so a long-lived service's numbers are its
@@ -46,12 +46,12 @@ fn problem_key(d: &Detail) -> String {
 /// a record's process is still running.
 pub fn merge(records: Vec<Record>, alive: impl Fn(&Record) -> bool) -> Vec<Merged> {
     let mut out: Vec<Merged> = Vec::new();
-    let mut gone: HashMap<(&'static str, String, String), Vec<Record>> = HashMap::new();
+    let mut gone: HashMap<(&'static str, String, u64, String), Vec<Record>> = HashMap::new();
     for r in records {
         if alive(&r) {
             out.push(Merged { pids: vec![r.pid], processes: 1, record: r });
         } else {
-            gone.entry((r.detail.kind(), r.comm.clone(), problem_key(&r.detail))).or_default().push(r);
+            gone.entry((r.detail.kind(), r.comm.clone(), r.cgroup, problem_key(&r.detail))).or_default().push(r);
         }
     }
     for (_, mut group) in gone {
@@ -135,7 +135,9 @@ mod tests {
     use super::*;
 
     fn err(pid: u32, inc: u64, comm: &str, errno: &str, count: u64, path: &str, last: u64) -> Record {
+        cgroup: 0,
         Record {
+            cgroup: 0,
             detail: Detail::SyscallErrors {
                 syscall: "openat".into(),
                 errno: errno.into(),
@@ -184,6 +186,7 @@ mod tests {
     #[test]
     fn folded_stalls_keep_the_longest_and_reads_a_weighted_size() {
         let stall = |pid: u32, wait: f64, count: u64| Record {
+            cgroup: 0,
             detail: Detail::FutexStall {
                 tid: pid,
                 thread: "main".into(),
@@ -201,6 +204,7 @@ mod tests {
             last_ns: u64::from(pid),
         };
         let reads = |pid: u32, count: u64, size: u64| Record {
+            cgroup: 0,
             detail: Detail::SmallReads {
                 path: "/etc/x".into(),
                 file_class: "other".into(),

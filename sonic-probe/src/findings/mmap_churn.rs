@@ -173,6 +173,7 @@ impl Detector for MmapChurn {
                 continue;
             }
             out.push(Record {
+                cgroup: 0,
                 detail: Detail::MmapChurn {
                     size_bytes: *size,
                     count: g.cycles,

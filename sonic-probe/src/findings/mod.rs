@@ -57,6 +57,12 @@ pub struct Finding {
     /// A few of their pids, the most recently seen first.
     #[serde(default)]
     pub pids: Vec<u32>,
+    /// The workload (systemd unit, container, pod) the process runs in.
+    #[serde(default)]
+    pub workload: WorkloadNames,
+    /// Its cgroup v2 id, named into `workload` when the findings are read.
+    #[serde(skip)]
+    pub cgroup: u64,
     /// RFC 3339.
     pub first_seen: String,
     /// RFC 3339.
@@ -65,6 +71,20 @@ pub struct Finding {
 
 fn one() -> u64 {
     1
+}
+
+/// A finding's workload, as GET /findings shows it (see docs/metrics.md,
+/// sonic_probe_workload_info): `name` is its `workload` label value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WorkloadNames {
+    pub name: String,
+    pub kind: String,
+    pub unit: String,
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub container_id: String,
 }
 
 /// What was found; `kind` names it in JSON.
@@ -124,6 +144,9 @@ pub struct Record {
     /// The process incarnation (see [`Input`]).
     pub incarnation: u64,
     pub comm: String,
+    /// The process's cgroup v2 id at its latest event (the engine fills
+    /// it in; detectors leave 0).
+    pub cgroup: u64,
     pub first_ns: u64,
     pub last_ns: u64,
 }
@@ -233,16 +256,19 @@ pub const MAX_METRIC_KEYS: usize = 4096;
 /// folds them into bounded label values; the maps themselves are capped).
 #[derive(Debug, Default, Clone)]
 pub struct DetectorMetrics {
-    /// (comm, thread) -> futex stalls.
-    pub futex_stalls: HashMap<(String, String), u64>,
-    /// (comm, file_class) -> opens counted in repeated-open findings.
-    pub repeated_opens: HashMap<(String, String), u64>,
-    /// comm -> mmap/munmap churn cycles counted in findings.
-    pub mmap_churn: HashMap<String, u64>,
-    /// comm -> longest stall still within the window (seconds).
-    pub stall_max_seconds: HashMap<String, f64>,
-    /// (comm, syscall, errno) -> failures counted in syscall_errors findings.
-    pub recurring_errors: HashMap<(String, String, String), u64>,
+    /// cgroup v2 id of the event being observed (set by the engine before
+    /// the detectors see it): the cgroup the counts below are added under.
+    pub cgroup: u64,
+    /// (comm, cgroup, thread) -> futex stalls.
+    pub futex_stalls: HashMap<(String, u64, String), u64>,
+    /// (comm, cgroup, file_class) -> opens counted in repeated-open findings.
+    pub repeated_opens: HashMap<(String, u64, String), u64>,
+    /// (comm, cgroup) -> mmap/munmap churn cycles counted in findings.
+    pub mmap_churn: HashMap<(String, u64), u64>,
+    /// (comm, cgroup) -> longest stall still within the window (seconds).
+    pub stall_max_seconds: HashMap<(String, u64), f64>,
+    /// (comm, cgroup, syscall, errno) -> failures counted in syscall_errors findings.
+    pub recurring_errors: HashMap<(String, u64, String, String), u64>,
     /// (kind, state) -> states evicted: "working" state evicted for room,
     /// "finding"s dropped beyond --max-findings.
     pub evictions: HashMap<(&'static str, &'static str), u64>,
@@ -255,24 +281,24 @@ fn bump<K: Eq + std::hash::Hash>(map: &mut HashMap<K, u64>, key: K, other: K, n:
 
 impl DetectorMetrics {
     pub fn add_stall(&mut self, comm: &str, thread: &str) {
-        let other = (crate::labels::OTHER.to_string(), crate::labels::OTHER.to_string());
-        bump(&mut self.futex_stalls, (comm.to_string(), thread.to_string()), other, 1);
+        let other = (crate::labels::OTHER.to_string(), 0, crate::labels::OTHER.to_string());
+        bump(&mut self.futex_stalls, (comm.to_string(), self.cgroup, thread.to_string()), other, 1);
     }
 
     pub fn add_repeated_opens(&mut self, comm: &str, class: &str, n: u64) {
-        let other = (crate::labels::OTHER.to_string(), class.to_string());
-        bump(&mut self.repeated_opens, (comm.to_string(), class.to_string()), other, n);
+        let other = (crate::labels::OTHER.to_string(), 0, class.to_string());
+        bump(&mut self.repeated_opens, (comm.to_string(), self.cgroup, class.to_string()), other, n);
     }
 
     pub fn add_churn(&mut self, comm: &str, n: u64) {
-        bump(&mut self.mmap_churn, comm.to_string(), crate::labels::OTHER.to_string(), n);
+        bump(&mut self.mmap_churn, (comm.to_string(), self.cgroup), (crate::labels::OTHER.to_string(), 0), n);
     }
 
     pub fn add_recurring_errors(&mut self, comm: &str, syscall: &str, errno: &str, n: u64) {
-        let other = (crate::labels::OTHER.to_string(), syscall.to_string(), errno.to_string());
+        let other = (crate::labels::OTHER.to_string(), 0, syscall.to_string(), errno.to_string());
         bump(
             &mut self.recurring_errors,
-            (comm.to_string(), syscall.to_string(), errno.to_string()),
+            (comm.to_string(), self.cgroup, syscall.to_string(), errno.to_string()),
             other,
             n,
         );
@@ -327,6 +353,8 @@ pub struct Engine {
     files: FileTable,
     detectors: Vec<Box<dyn Detector>>,
     incarnations: HashMap<u32, u64>,
+    /// incarnation -> cgroup v2 id at its latest event.
+    cgroups: HashMap<u64, u64>,
     next_incarnation: u64,
     pub metrics: DetectorMetrics,
     clock: Clock,
@@ -348,6 +376,7 @@ impl Engine {
             files: FileTable::default(),
             detectors,
             incarnations: HashMap::new(),
+            cgroups: HashMap::new(),
             next_incarnation: 1,
             metrics: DetectorMetrics::default(),
             clock: Clock::new(),
@@ -374,6 +403,15 @@ impl Engine {
             Event::FileClosed(f) => f.tgid(),
         };
         let incarnation = self.incarnation(tgid);
+        let cgroup = event.header().cgroup;
+        if cgroup != 0 {
+            if self.cgroups.len() >= MAX_INCARNATIONS && !self.cgroups.contains_key(&incarnation) {
+                let live: std::collections::HashSet<u64> = self.incarnations.values().copied().collect();
+                self.cgroups.retain(|i, _| live.contains(i));
+            }
+            self.cgroups.insert(incarnation, cgroup);
+        }
+        self.metrics.cgroup = cgroup;
         let closed = self.files.observe(event, incarnation);
         let input = Input { event, incarnation, closed: closed.as_ref(), files: &self.files };
         for d in &mut self.detectors {
@@ -407,10 +445,13 @@ impl Engine {
         for d in &mut self.detectors {
             d.findings(now_ns, &live_files, &mut records, &mut self.metrics);
         }
+        for r in &mut records {
+            r.cgroup = self.cgroups.get(&r.incarnation).copied().unwrap_or(0);
+        }
         self.metrics.stall_max_seconds.clear();
         for r in &records {
             if let Detail::FutexStall { wait_seconds, .. } = r.detail {
-                let m = self.metrics.stall_max_seconds.entry(r.comm.clone()).or_insert(0.0);
+                let m = self.metrics.stall_max_seconds.entry((r.comm.clone(), r.cgroup)).or_insert(0.0);
                 *m = m.max(wait_seconds);
             }
         }
@@ -427,6 +468,8 @@ impl Engine {
                 comm: m.record.comm,
                 processes: m.processes,
                 pids: m.pids,
+                workload: WorkloadNames::default(),
+                cgroup: m.record.cgroup,
             })
             .collect()
     }

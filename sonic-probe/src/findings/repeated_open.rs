@@ -187,6 +187,7 @@ impl Detector for RepeatedOpen {
                 .map(|l| l.totals.read_bytes)
                 .sum();
             out.push(Record {
+                cgroup: 0,
                 detail: Detail::RepeatedOpen {
                     path: path.to_string(),
                     file_class: file_class_name(st.class).to_string(),

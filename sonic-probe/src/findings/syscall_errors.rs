@@ -188,6 +188,7 @@ impl Detector for SyscallErrors {
         self.errors.prune(now_ns.saturating_sub(self.window_ns), self.max, metrics);
         for ((inc, sc, e), st) in self.errors.map.iter().filter(|(_, st)| st.reported) {
             out.push(Record {
+                cgroup: 0,
                 detail: Detail::SyscallErrors {
                     syscall: syscalls::by_index(*sc).map_or("?", |s| s.name).to_string(),
                     errno: errno::name(*e),

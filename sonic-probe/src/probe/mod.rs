@@ -251,11 +251,11 @@ impl Probe {
         // cannot allocate (empty name): totals stay exact, exported as
         // comm="other".
         for syscall in 0..NR_SYSCALLS as u16 {
-            let key = StatsKey { syscall, variant: 0, comm: [0; 16] };
+            let key = StatsKey { syscall, ..StatsKey::zeroed() };
             let zero = PerCpuValues::try_from(vec![SyscallStats::zeroed(); cpus])
                 .map_err(|e| ProbeError::Cpus(e.to_string()))?;
             stats.insert(key, zero, 0).map_err(map_err(maps::SYSCALL_STATS))?;
-            let key = ErrorKey { syscall, errno: 0, comm: [0; 16] };
+            let key = ErrorKey { syscall, ..ErrorKey::zeroed() };
             let zero =
                 PerCpuValues::try_from(vec![0u64; cpus]).map_err(|e| ProbeError::Cpus(e.to_string()))?;
             errors.insert(key, zero, 0).map_err(map_err(maps::SYSCALL_ERRORS))?;
