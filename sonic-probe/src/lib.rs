@@ -34,3 +34,4 @@ pub mod targets;
 pub mod trace;
 pub mod units;
 pub mod web_config;
+pub mod workloads;
