@@ -344,6 +344,8 @@ mod tests {
 
     fn finding(detail: Detail) -> Finding {
         Finding {
+            workload: Default::default(),
+            cgroup: 0,
             detail,
             pid: 4083,
             comm: "python3".into(),

@@ -97,6 +97,9 @@ mod tests {
             small_read_threshold = 2048
             syscalls = "default,write"
             max_comms = 100
+            workload_from = "cgroup"
+            containers_log_dir = "/host/var/log/containers"
+            max_workloads = 64
             ringbuf_size = "8MiB"
             stall_threshold = "2s"
             stall_thread = ["pt_main*"]
@@ -129,6 +132,9 @@ mod tests {
         assert_eq!(o.findings_window, Some(Duration::from_secs(3600)));
         assert!(o.bpf_stats);
         assert_eq!(o.findings_paths, Some(crate::findings::PathDisplay::Name));
+        assert_eq!(o.workload_from, Some(crate::workloads::WorkloadFrom::Cgroup));
+        assert_eq!(o.containers_log_dir.as_deref(), Some(Path::new("/host/var/log/containers")));
+        assert_eq!(o.max_workloads, Some(64));
         // Every key is exercised above.
         for k in crate::options::keys() {
             assert!(text.contains(&format!("{k} =")), "{k} not exercised");

@@ -724,7 +724,7 @@ mod tests {
             for (u, f) in row_families(s) {
                 let defs: Vec<&MetricDef> = metric_defs().iter().filter(|d| d.name == f.name).collect();
                 assert_eq!(defs.len(), 1, "{}", f.name);
-                let mut labels = vec!["comm"];
+                let mut labels = vec!["comm", "workload"];
                 labels.extend(by_variant(u, s));
                 assert_eq!(defs[0].labels, labels, "{}: rows that share it label it alike", f.name);
                 assert_eq!(defs[0].kind, u.kind(), "{}: one use per family", f.name);

@@ -145,7 +145,6 @@ impl Detector for FutexStall {
 }
 
 impl Tracked for Record {
-    cgroup: 0,
     fn last_ns(&self) -> u64 {
         self.last_ns
     }
@@ -201,7 +200,7 @@ mod tests {
         assert_eq!(op, "FUTEX_WAIT_PRIVATE");
         assert_eq!(uaddr, "0x7f001234");
         assert!((wait_seconds - 3.2).abs() < 1e-9);
-        assert_eq!(e.metrics.futex_stalls[&("app".into(), "app".into())], 1);
+        assert_eq!(e.metrics.futex_stalls[&("app".into(), 0, "app".into())], 1);
     }
 
     #[test]

@@ -135,7 +135,6 @@ mod tests {
     use super::*;
 
     fn err(pid: u32, inc: u64, comm: &str, errno: &str, count: u64, path: &str, last: u64) -> Record {
-        cgroup: 0,
         Record {
             cgroup: 0,
             detail: Detail::SyscallErrors {

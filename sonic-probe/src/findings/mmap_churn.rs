@@ -239,7 +239,7 @@ mod tests {
                 path: Some("/models/sonic.safetensors".into())
             }]
         );
-        assert_eq!(e.metrics.mmap_churn["app"], 5);
+        assert_eq!(e.metrics.mmap_churn[&("app".into(), 0)], 5);
     }
 
     #[test]

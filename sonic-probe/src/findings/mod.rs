@@ -514,7 +514,7 @@ pub(crate) mod testing {
         args: [u64; 6],
     ) -> Call {
         let mut raw = SyscallEvent::zeroed();
-        raw.header = EventHeader { kind: EVENT_SYSCALL, tgid, tid, cpu: 0, time_ns: start_ns };
+        raw.header = EventHeader { kind: EVENT_SYSCALL, tgid, tid, cpu: 0, time_ns: start_ns, cgroup: 0 };
         raw.syscall = syscall;
         raw.duration_ns = duration_ns;
         raw.ret = ret;
@@ -547,7 +547,7 @@ pub(crate) mod testing {
         small_requested: u64,
     ) -> Event {
         let mut raw = FileCloseEvent::zeroed();
-        raw.header = EventHeader { kind: EVENT_FILE_CLOSE, tgid, tid: tgid, cpu: 0, time_ns: t };
+        raw.header = EventHeader { kind: EVENT_FILE_CLOSE, tgid, tid: tgid, cpu: 0, time_ns: t, cgroup: 0 };
         raw.fd = fd;
         raw.file.opened_ns = opened_ns;
         raw.file.reads = reads;
@@ -561,7 +561,7 @@ pub(crate) mod testing {
 
     pub fn exit(tgid: u32, t: u64) -> Event {
         let mut raw = ProcessEvent::zeroed();
-        raw.header = EventHeader { kind: EVENT_PROCESS_EXIT, tgid, tid: tgid, cpu: 0, time_ns: t };
+        raw.header = EventHeader { kind: EVENT_PROCESS_EXIT, tgid, tid: tgid, cpu: 0, time_ns: t, cgroup: 0 };
         raw.comm = comm_bytes("app");
         Event::Process(ProcessChange { kind: ProcessKind::Exit, raw })
     }
@@ -574,6 +574,8 @@ mod tests {
     #[test]
     fn json_shape_is_flat_with_kind() {
         let f = Finding {
+            workload: Default::default(),
+            cgroup: 0,
             detail: Detail::RepeatedOpen {
                 path: "/models/x.pth".into(),
                 file_class: "model".into(),

@@ -63,6 +63,8 @@ mod tests {
 
     fn finding(detail: Detail) -> Finding {
         Finding {
+            workload: Default::default(),
+            cgroup: 0,
             detail,
             pid: 1,
             comm: "python3".into(),

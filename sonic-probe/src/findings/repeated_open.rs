@@ -251,7 +251,7 @@ mod tests {
                 bytes_read: 5000
             }
         );
-        assert_eq!(e.metrics.repeated_opens[&("app".into(), "model".into())], 5);
+        assert_eq!(e.metrics.repeated_opens[&("app".into(), 0, "model".into())], 5);
     }
 
     #[test]

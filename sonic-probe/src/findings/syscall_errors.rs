@@ -271,7 +271,7 @@ mod tests {
         assert_eq!(*count, 9, "every failure of (openat, ENOENT) in the process, probes included");
         assert_eq!(paths.last().unwrap(), "/models/v2.pth");
         e.observe(&openat(4, 3 * SEC, "/models/v2.pth", -2, 0));
-        assert_eq!(e.metrics.recurring_errors[&("app".into(), "openat".into(), "ENOENT".into())], 10);
+        assert_eq!(e.metrics.recurring_errors[&("app".into(), 0, "openat".into(), "ENOENT".into())], 10);
         // Another errno without a path recurs by itself.
         let mmap =
             |t| Event::Call(call(syscalls::MMAP, 4, 4, t, 100, -12, [0, 1 << 40, 3, 0x22, u64::MAX, 0]));
