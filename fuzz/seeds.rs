@@ -15,7 +15,7 @@ use sonic_probe_common::{
 };
 
 fn header(kind: u32) -> EventHeader {
-    EventHeader { kind, tgid: 4242, tid: 4243, cpu: 1, time_ns: 1_000_000_000 }
+    EventHeader { kind, tgid: 4242, tid: 4243, cpu: 1, time_ns: 1_000_000_000, cgroup: 1 }
 }
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) {

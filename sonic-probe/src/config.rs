@@ -169,7 +169,9 @@ fn check_max_comms(n: usize) -> Result<usize> {
 
 fn check_max_workloads(n: usize) -> Result<usize> {
     if n == 0 || n > MAX_WORKLOAD_LABELS {
-        return Err(Error::usage(format!("--max-workloads {n}: must be between 1 and {MAX_WORKLOAD_LABELS}")));
+        return Err(Error::usage(format!(
+            "--max-workloads {n}: must be between 1 and {MAX_WORKLOAD_LABELS}"
+        )));
     }
     Ok(n)
 }

@@ -33,12 +33,12 @@ use crate::{
     findings::FindingsService,
     http::{self, HttpState},
     labels::CommLabels,
-    workloads::Workloads,
     metrics::{FindingsCollector, ProbeCollector},
     options::RunArgs,
     probe::{Probe, TargetMaps},
     signals::ShutdownSignals,
     stats::StatsStore,
+    workloads::Workloads,
 };
 
 /// Events waiting between the ring buffer reader and their consumer.

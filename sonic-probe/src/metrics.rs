@@ -355,7 +355,18 @@ impl ProbeCollector {
             .map(|u| u.release().to_string_lossy().into_owned())
             .unwrap_or_default();
         let descs = descs_of(|n| !DETECTOR_METRICS.contains(&n));
-        ProbeCollector { probe, store, targets, reader, labels, workloads, findings, whole_host, kernel, descs }
+        ProbeCollector {
+            probe,
+            store,
+            targets,
+            reader,
+            labels,
+            workloads,
+            findings,
+            whole_host,
+            kernel,
+            descs,
+        }
     }
 
     /// The system-call families, from one snapshot of the aggregation maps:
@@ -620,7 +631,8 @@ impl Collector for FindingsCollector {
         let mut threads = self.thread_labels.lock().expect("thread labels lock");
         // Fold raw names and cgroups into bounded label values, adding up
         // what folds together.
-        let mut who = |comm: &str, cgroup: u64| Who { comm: labels.label(comm), workload: workloads.label(cgroup) };
+        let mut who =
+            |comm: &str, cgroup: u64| Who { comm: labels.label(comm), workload: workloads.label(cgroup) };
         let mut stalls: BTreeMap<(Who, String), u64> = BTreeMap::new();
         for ((comm, cgroup, thread), n) in &m.futex_stalls {
             *stalls.entry((who(comm, *cgroup), threads.label(thread).to_string())).or_default() += n;

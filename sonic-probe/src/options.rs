@@ -17,8 +17,8 @@ use serde::{de::Error as _, Deserialize, Deserializer};
 
 use crate::{
     findings::PathDisplay,
-    workloads::WorkloadFrom,
     units::{parse_duration, parse_listen, parse_size, parse_syscalls},
+    workloads::WorkloadFrom,
 };
 
 /// One option's documentation: what the README table and `--help` show.

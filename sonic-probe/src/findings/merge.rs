@@ -51,7 +51,9 @@ pub fn merge(records: Vec<Record>, alive: impl Fn(&Record) -> bool) -> Vec<Merge
         if alive(&r) {
             out.push(Merged { pids: vec![r.pid], processes: 1, record: r });
         } else {
-            gone.entry((r.detail.kind(), r.comm.clone(), r.cgroup, problem_key(&r.detail))).or_default().push(r);
+            gone.entry((r.detail.kind(), r.comm.clone(), r.cgroup, problem_key(&r.detail)))
+                .or_default()
+                .push(r);
         }
     }
     for (_, mut group) in gone {

@@ -13,10 +13,10 @@ use sonic_probe_common::{EventHeader, FileCloseEvent, EVENT_FILE_CLOSE};
 
 use super::{monotonic_ns, DetectorMetrics, Engine, FileTotals, Finding, Settings};
 use crate::{
-    workloads::Workloads,
     events::{Event, FileClosed, ProcessKind},
     probe::OpenFiles,
     procfs,
+    workloads::Workloads,
 };
 
 #[derive(Clone)]

@@ -63,14 +63,15 @@ impl WorkloadSettings {
         containers_log_dir: PathBuf,
         max_workloads: usize,
     ) -> Result<Self, String> {
-        let cgroup2 = match (from, mount) {
-            (WorkloadFrom::None, _) => None,
-            (WorkloadFrom::Cgroup, None) => {
-                return Err("--workload-from cgroup: no cgroup v2 hierarchy is mounted (see /proc/self/mountinfo)"
-                    .to_string())
-            }
-            (_, m) => m,
-        };
+        let cgroup2 =
+            match (from, mount) {
+                (WorkloadFrom::None, _) => None,
+                (WorkloadFrom::Cgroup, None) => return Err(
+                    "--workload-from cgroup: no cgroup v2 hierarchy is mounted (see /proc/self/mountinfo)"
+                        .to_string(),
+                ),
+                (_, m) => m,
+            };
         Ok(WorkloadSettings { from, cgroup2, containers_log_dir, max_workloads })
     }
 
@@ -140,7 +141,10 @@ fn walk(mount: &Path) -> HashMap<u64, String> {
             let path = format!("{rel}/{name}");
             out.insert(m.ino(), path.clone());
             if out.len() >= MAX_CGROUPS {
-                tracing::warn!("more than {MAX_CGROUPS} cgroups under {}: the rest stay unnamed", mount.display());
+                tracing::warn!(
+                    "more than {MAX_CGROUPS} cgroups under {}: the rest stay unnamed",
+                    mount.display()
+                );
                 return out;
             }
             if depth + 1 < MAX_DEPTH {
@@ -435,7 +439,8 @@ mod tests {
 
     #[test]
     fn settings_decide() {
-        let s = |from, mount: Option<&str>| WorkloadSettings::new(from, mount.map(PathBuf::from), "/x".into(), 4);
+        let s =
+            |from, mount: Option<&str>| WorkloadSettings::new(from, mount.map(PathBuf::from), "/x".into(), 4);
         assert!(s(WorkloadFrom::Cgroup, None).unwrap_err().contains("no cgroup v2"));
         assert!(s(WorkloadFrom::Cgroup, Some("/tmp")).unwrap().enabled());
         assert!(!s(WorkloadFrom::Auto, None).unwrap().enabled());
