@@ -295,7 +295,7 @@ pub fn render_table(findings: &[Finding]) -> String {
     if findings.is_empty() {
         return "no findings\n".to_string();
     }
-    let rows: Vec<[String; 5]> = findings
+    let rows: Vec<[String; 6]> = findings
         .iter()
         .map(|f| {
             // 2026-11-29T21:59:02.466Z -> 21:59:02
@@ -306,34 +306,38 @@ pub fn render_table(findings: &[Finding]) -> String {
                 let more = if (f.pids.len() as u64) < f.processes { ", ..." } else { "" };
                 what.push_str(&format!(" (in {} processes, pids {}{more})", f.processes, pids.join(", ")));
             }
-            [f.detail.kind().to_string(), f.pid.to_string(), f.comm.clone(), time, what]
+            // The host's processes have no workload: "-".
+            let workload = if f.workload.name.is_empty() { "-".to_string() } else { f.workload.name.clone() };
+            [f.detail.kind().to_string(), f.pid.to_string(), f.comm.clone(), workload, time, what]
         })
         .collect();
-    let head = ["KIND", "PID", "COMM", "LAST SEEN", "WHAT"];
+    let head = ["KIND", "PID", "COMM", "WORKLOAD", "LAST SEEN", "WHAT"];
     let mut width = head.map(str::len);
     for r in &rows {
-        for (w, c) in width.iter_mut().zip(r.iter()).take(4) {
+        for (w, c) in width.iter_mut().zip(r.iter()).take(5) {
             *w = (*w).max(c.len());
         }
     }
     let mut out = String::new();
-    let line = |cols: [&str; 5]| {
+    let line = |cols: [&str; 6]| {
         format!(
-            "{:<w0$}  {:>w1$}  {:<w2$}  {:<w3$}  {}\n",
+            "{:<w0$}  {:>w1$}  {:<w2$}  {:<w3$}  {:<w4$}  {}\n",
             cols[0],
             cols[1],
             cols[2],
             cols[3],
             cols[4],
+            cols[5],
             w0 = width[0],
             w1 = width[1],
             w2 = width[2],
-            w3 = width[3]
+            w3 = width[3],
+            w4 = width[4]
         )
     };
     out.push_str(&line(head));
     for r in &rows {
-        out.push_str(&line([&r[0], &r[1], &r[2], &r[3], &r[4]]));
+        out.push_str(&line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]]));
     }
     out
 }
@@ -341,10 +345,16 @@ pub fn render_table(findings: &[Finding]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::findings::WorkloadNames;
 
     fn finding(detail: Detail) -> Finding {
         Finding {
-            workload: Default::default(),
+            workload: WorkloadNames {
+                name: "inference.service".into(),
+                kind: "systemd".into(),
+                unit: "inference.service".into(),
+                ..Default::default()
+            },
             cgroup: 0,
             detail,
             pid: 4083,
@@ -397,6 +407,8 @@ mod tests {
         ]);
         let lines: Vec<&str> = t.lines().collect();
         assert!(lines[0].starts_with("KIND"), "{t}");
+        assert!(lines[0].contains("  WORKLOAD  "), "{t}");
+        assert!(lines[1].contains("  inference.service  "), "{t}");
         assert!(lines[1].contains(
             "thread python3 (tid 4083) waited 3.21 s in FUTEX_WAIT_PRIVATE on 0x7f8a2c001234, woken by loader (tid 4124); 4 stalls"
         ), "{t}");
