@@ -360,7 +360,18 @@ fn failed_calls(url: &str) -> Result<(u64, usize)> {
 
 fn bench_task(args: &[String]) -> Result<()> {
     use bench::Tracer::*;
-    let all = [None, Floor, Minimal, SonicRun, SonicRunFallback, SonicTrace, Bpftrace, PerfTrace, Strace];
+    let all = [
+        None,
+        Floor,
+        Minimal,
+        SonicRun,
+        SonicRunFallback,
+        SonicRunNoWorkloads,
+        SonicTrace,
+        Bpftrace,
+        PerfTrace,
+        Strace,
+    ];
     // --only none,floor,run: a subset (for quick comparisons while optimizing).
     let tracers: Vec<bench::Tracer> =
         match args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)) {

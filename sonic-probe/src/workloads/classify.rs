@@ -23,6 +23,9 @@ pub enum Kind {
     Cgroup,
     /// The cgroup was gone before it could be named.
     Unresolved,
+    /// Workloads beyond --max-workloads, and calls counted while a kernel
+    /// map was full (the `other` label value).
+    Other,
 }
 
 impl Kind {
@@ -35,6 +38,7 @@ impl Kind {
             Kind::Docker => "docker",
             Kind::Cgroup => "cgroup",
             Kind::Unresolved => "unresolved",
+            Kind::Other => "other",
         }
     }
 }

@@ -210,8 +210,13 @@ impl Workloads {
     /// kubelet's containers log directory and Docker's containers directory.
     pub fn with(mount: Option<PathBuf>, logs: Option<PathBuf>, docker: Option<PathBuf>, max: usize) -> Self {
         let empty: Arc<str> = Arc::from("");
+        let other: Arc<str> = Arc::from(OTHER);
         let mut info = BTreeMap::new();
         info.insert(empty.clone(), Workload::host());
+        info.insert(
+            other.clone(),
+            Workload { name: OTHER.to_string(), kind: Kind::Other, ..Workload::host() },
+        );
         Workloads {
             paths: mount.map(|mount| CgroupPaths { mount, by_id: HashMap::new(), walked: None }),
             pods: PodNames::new(logs),
@@ -225,7 +230,7 @@ impl Workloads {
             unresolved: 0,
             folded: 0,
             empty,
-            other: Arc::from(OTHER),
+            other,
         }
     }
 
@@ -278,7 +283,7 @@ impl Workloads {
         if let Some((k, _)) = self.info.get_key_value(w.name.as_str()) {
             return k.clone();
         }
-        let takes_slot = !matches!(w.kind, Kind::Host | Kind::Unresolved);
+        let takes_slot = !matches!(w.kind, Kind::Host | Kind::Unresolved | Kind::Other);
         if takes_slot && self.assigned >= self.max {
             self.folded += 1;
             return self.other.clone();
@@ -304,7 +309,7 @@ impl Workloads {
                 container: w.container.clone(),
                 container_id: w.container_id.clone(),
             },
-            None => WorkloadNames { name: label.to_string(), kind: OTHER.to_string(), ..Default::default() },
+            None => WorkloadNames { name: label.to_string(), ..Default::default() },
         }
     }
 
@@ -318,7 +323,7 @@ impl Workloads {
         self.info.iter().map(|(k, w)| (&**k, w))
     }
 
-    /// The workload a label value stands for (None for `other`).
+    /// The workload a label value stands for.
     pub fn workload(&self, label: &str) -> Option<&Workload> {
         self.info.get(label)
     }
@@ -426,7 +431,7 @@ mod tests {
         // Same workload, another cgroup: the same value, no new slot.
         assert_eq!(&*w.label(a2), "a.service");
         assert_eq!((w.assigned(), w.folded()), (1, 1));
-        assert!(w.workload(OTHER).is_none());
+        assert_eq!(w.workload(OTHER).unwrap().kind, Kind::Other);
     }
 
     #[test]
