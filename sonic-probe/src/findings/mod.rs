@@ -42,6 +42,8 @@ pub use files::{FileTable, FileTotals, KnownFile};
 pub use paths::{show_paths, PathDisplay};
 pub use service::FindingsService;
 
+pub use crate::workloads::WorkloadNames;
+
 /// One finding, as GET /findings returns it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
@@ -71,20 +73,6 @@ pub struct Finding {
 
 fn one() -> u64 {
     1
-}
-
-/// A finding's workload, as GET /findings shows it (see docs/metrics.md,
-/// sonic_probe_workload_info): `name` is its `workload` label value.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct WorkloadNames {
-    pub name: String,
-    pub kind: String,
-    pub unit: String,
-    pub namespace: String,
-    pub pod: String,
-    pub container: String,
-    pub container_id: String,
 }
 
 /// What was found; `kind` names it in JSON.

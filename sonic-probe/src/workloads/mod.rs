@@ -16,7 +16,7 @@ pub mod resolver;
 pub use classify::{classify, Kind, Workload};
 pub use docker::DockerNames;
 pub use pods::{ContainerNames, PodNames};
-pub use resolver::{WorkloadFrom, WorkloadSettings, Workloads};
+pub use resolver::{WorkloadFrom, WorkloadNames, WorkloadSettings, Workloads};
 
 /// Whether `s` looks like a container id: at least 12 hex digits. Runtimes
 /// write full ids as 64 lowercase hex digits; shorter ones are accepted so a

@@ -29,7 +29,21 @@ use super::{
     docker::DockerNames,
     pods::PodNames,
 };
-use crate::{findings::WorkloadNames, labels::OTHER};
+use crate::labels::OTHER;
+
+/// A finding's workload, as GET /findings shows it (see docs/metrics.md,
+/// sonic_probe_workload_info): `name` is its `workload` label value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WorkloadNames {
+    pub name: String,
+    pub kind: String,
+    pub unit: String,
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub container_id: String,
+}
 
 /// `--workload-from`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
