@@ -89,6 +89,29 @@ pub(crate) fn io_error(pid: u32, what: &str, err: &std::io::Error) -> CaptureErr
     }
 }
 
+/// Copies `len` bytes at `addr` of process `pid` (short reads are returned
+/// short; an unreadable first page is an error).
+pub(crate) fn read_memory(pid: u32, addr: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    if len == 0 {
+        return Ok(buf);
+    }
+    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: len };
+    let remote = libc::iovec { iov_base: addr as usize as *mut libc::c_void, iov_len: len };
+    let raw = libc::pid_t::try_from(pid).map_err(|_| std::io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: `local` points to `len` writable bytes owned by `buf`, which
+    // outlives the call; the remote range is only read by the kernel.
+    let n = unsafe { libc::process_vm_readv(raw, &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    buf.truncate(n as usize);
+    if buf.len() < len.min(8) {
+        return Err(std::io::Error::from_raw_os_error(libc::EFAULT));
+    }
+    Ok(buf)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
