@@ -267,3 +267,22 @@ fn errors_say_why() {
     let err = native_stack(pid, pid, Regs { ip: 0x1000, sp: 0x2000, bp: 0 }).expect_err("gone");
     assert!(matches!(err, CaptureError::Gone(p) if p == pid), "{err:?}");
 }
+
+/// The native side of a Python stall: the main thread's C stack runs from
+/// the lock wait through the interpreter (no frame pointers in most Python
+/// builds: .eh_frame) to main.
+#[test]
+fn native_frames_of_a_python_service() {
+    if !privileged("native_frames_of_a_python_service") {
+        return;
+    }
+    let mut cmd = Command::new("/usr/bin/python3");
+    cmd.arg(workloads().join("stand_in_lock.py"));
+    let s = Stalled::start(cmd);
+    let pid = s.pid();
+    let regs = regs_of(pid, pid, &[SYS_FUTEX]);
+    let frames = native_stack(pid, pid, regs).expect("native stack");
+    eprintln!("python3 main thread\n{}", show(&frames));
+    assert!(frames.iter().any(|f| f.function.contains("acquire")), "{}", show(&frames));
+    assert!(frames.iter().any(|f| f.function == "main" || f.function == "Py_BytesMain"), "{}", show(&frames));
+}

@@ -50,6 +50,14 @@ const MAX_ROUNDS: usize = 8;
 /// (containers). At most 128 frames. Partial stacks are returned as Ok with
 /// what was unwound.
 pub fn native_stack(pid: u32, tid: u32, regs: Regs) -> Result<Vec<Frame>, CaptureError> {
+    // The parsers and the unwinder read whatever the target's files and
+    // stack hold; a bug they trip on costs this capture, not the daemon.
+    std::panic::catch_unwind(|| capture(pid, tid, regs)).unwrap_or_else(|_| {
+        Err(CaptureError::Other(format!("thread {tid} of process {pid}: the native unwinder panicked")))
+    })
+}
+
+fn capture(pid: u32, tid: u32, regs: Regs) -> Result<Vec<Frame>, CaptureError> {
     if !alive(pid) {
         return Err(CaptureError::Gone(pid));
     }
