@@ -187,6 +187,7 @@ fn unwind(pid: u32, regs: Regs, objects: &[MappedObject], stack: &mut StackMemor
             }
         }
         let mut cache = CacheX86_64::<_>::new();
+        stack.extra_reads = 0;
         let mut read = |addr: u64| stack.word(addr);
         let mut iter = unwinder.iter_frames(
             regs.ip,
@@ -210,8 +211,8 @@ fn unwind(pid: u32, regs: Regs, objects: &[MappedObject], stack: &mut StackMemor
             .filter_map(|a| object_at(objects, a.address_for_lookup()))
             .filter(|idx| !tried.contains(idx))
             .collect();
-        // The frame after the last one may be in an object not loaded yet
-        // (frame pointers led there, but its caller needs its .eh_frame).
+        // Frames in objects not loaded yet were reached by frame pointers
+        // (or not at all); with their .eh_frame the unwind may go further.
         if wanted.is_empty() {
             break;
         }
