@@ -29,6 +29,7 @@ pub mod privileges;
 pub mod probe;
 pub mod procfs;
 pub mod signals;
+pub mod stacks;
 pub mod stats;
 pub mod targets;
 pub mod trace;
