@@ -9,6 +9,7 @@
 //! arrive through [`events`].
 
 pub mod capabilities;
+pub mod capture;
 pub mod cli;
 pub mod client;
 pub mod config;

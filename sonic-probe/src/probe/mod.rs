@@ -19,8 +19,8 @@ use aya::{
     Btf, Ebpf, EbpfLoader,
 };
 use sonic_probe_common::{
-    ext_key, syscalls::NR_SYSCALLS, ErrorKey, ExtKey, FileKey, InflightWait, OpenFile, ProbeConfig, SharedStruct, StatsKey,
-    SyscallStats, ThreadState,
+    ext_key, syscalls::NR_SYSCALLS, ErrorKey, ExtKey, FileKey, InflightWait, OpenFile, ProbeConfig,
+    SharedStruct, StatsKey, SyscallStats, ThreadState,
 };
 use sonic_probe_ebpf::{maps, ProgramGroup, Variant, PROGRAMS};
 

@@ -11,3 +11,5 @@ pub mod frame;
 pub mod native;
 pub mod python;
 pub use frame::{CaptureError, Frame, FrameKind, Regs};
+pub use native::native_stack;
+pub use python::python_stacks;
