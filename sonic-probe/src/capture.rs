@@ -238,6 +238,20 @@ fn capture(tgid: u32, due: &[InflightWait], waiting: &[InflightWait], interval: 
         .collect()
 }
 
+/// A capture reads a process's binaries and their symbols (tens of MiB
+/// for a large one with debug information), in this thread and in the
+/// readers' helper threads, and frees it all; glibc keeps freed memory in
+/// those threads' arenas, where the daemon's resident size would keep it.
+/// Handing it back to the kernel after each capture keeps the daemon's
+/// memory where it was.
+fn give_back_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// CLOCK_MONOTONIC now, in ns (bpf_ktime_get_ns's clock).
 fn monotonic_ns() -> u64 {
     let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
@@ -286,6 +300,7 @@ impl Capturer {
         self.store.prune(now_ns.saturating_sub(s.window.as_nanos() as u64));
 
         let threshold_ns = s.stall_threshold.as_nanos() as u64;
+        let mut captured = false;
         let mut due: BTreeMap<u32, Vec<InflightWait>> = BTreeMap::new();
         for w in &waits {
             if now_ns.saturating_sub(w.start_ns) < threshold_ns || self.seen.contains(&(w.tid, w.start_ns)) {
@@ -328,6 +343,10 @@ impl Capturer {
                 debug!(pid = tgid, tid = c.tid, result = c.result, "stack capture");
                 self.store.insert(c);
             }
+            captured = true;
+        }
+        if captured {
+            give_back_memory();
         }
     }
 }
