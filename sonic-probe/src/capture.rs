@@ -243,8 +243,9 @@ fn capture(tgid: u32, due: &[InflightWait], waiting: &[InflightWait], interval: 
 /// readers' helper threads, and frees it all; glibc keeps freed memory in
 /// those threads' arenas, where the daemon's resident size would keep it.
 /// Handing it back to the kernel after each capture keeps the daemon's
-/// memory where it was.
-fn give_back_memory() {
+/// memory where it was. (The daemon does the same once after attach, for
+/// the kernel BTF parsed to load the programs.)
+pub fn give_back_memory() {
     #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim has no preconditions.
     unsafe {

@@ -212,6 +212,8 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     let comm_matches = targets.scan_comms(&config.targets.comms)?;
     probe.attach(ProgramGroup::Syscalls)?;
     drop_capabilities(&probe, config.stack_captures);
+    // Loading parsed the kernel's BTF (megabytes, freed since).
+    crate::capture::give_back_memory();
 
     let reader_stats = Arc::new(ReaderStats::default());
     let (tx, rx) = mpsc::channel(EVENT_QUEUE);

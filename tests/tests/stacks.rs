@@ -125,10 +125,20 @@ fn a_python_stall_names_the_waiting_and_the_holding_function() {
     let w = Stalling::python("1.5");
     let pid = w.pid().to_string();
     let d = Daemon::start(&["--pid", &pid, "--stall-threshold", "300ms"]);
+    let rss_before = sonic_probe_tests::rss_bytes(d.pid());
     w.go();
     let pid = w.pid();
     let s = wait_stall(&d, pid, 1);
     w.done();
+    // What a capture reads (the interpreter's symbols) is handed back after
+    // it (malloc_trim): the daemon's memory stays where it was.
+    let rss_after = sonic_probe_tests::rss_bytes(d.pid());
+    assert!(
+        rss_after <= rss_before + (8 << 20),
+        "daemon RSS {} KiB before the capture, {} KiB after",
+        rss_before / 1024,
+        rss_after / 1024
+    );
     let with_line = line_of("stand_in_lock.py", "def infer", "with model_lock:");
     let stack = s["stack"].as_array().unwrap_or_else(|| panic!("no stack: {s:#}"));
     let infer = stack.iter().find(|f| f["function"] == "infer").unwrap_or_else(|| panic!("{s:#}"));
