@@ -47,7 +47,39 @@ shared_struct! {
         /// Non-zero: statistics are kept per cgroup too (StatsKey.cgroup,
         /// ErrorKey.cgroup), for the `workload` label; 0 leaves them 0.
         pub workload_cgroups: u32,
-        pub _pad: u32,
+        /// Non-zero: futex waits of targets are entered in futex_waiting
+        /// while they last (stall stack captures, `run --stack-captures`).
+        /// Takes the place of the padding that kept the struct a multiple
+        /// of 8 bytes: the size is unchanged.
+        pub inflight_waits: u32,
+    }
+}
+
+shared_struct! {
+    /// Value of futex_waiting (key: the thread id): a futex wait of a
+    /// target thread in progress, entered at its sys_enter and deleted at
+    /// its sys_exit (or the thread's exit), with the user registers saved
+    /// at the system call's entry, from which its native stack is unwound
+    /// while it waits.
+    pub struct InflightWait as "inflight_wait" {
+        pub tgid: u32,
+        pub tid: u32,
+        /// The call's entry time (its event's header.time_ns).
+        pub start_ns: u64,
+        /// The futex word (futex), or the futex_waitv array.
+        pub uaddr: u64,
+        /// The futex op argument (0 for futex_waitv).
+        pub op: u32,
+        /// Syscall index (futex or futex_waitv).
+        pub syscall: u16,
+        pub _pad: u16,
+        /// User instruction pointer at the system call (after its syscall
+        /// instruction).
+        pub ip: u64,
+        /// User stack pointer.
+        pub sp: u64,
+        /// User frame pointer (rbp).
+        pub bp: u64,
     }
 }
 
@@ -334,6 +366,7 @@ pub(crate) fn write_c_structs(out: &mut String) {
     write_struct::<FutexWake>(out);
     write_struct::<FutexWakeRing>(out);
     write_struct::<FutexWordKey>(out);
+    write_struct::<InflightWait>(out);
     write_struct::<ExtKey>(out);
     write_struct::<EventHeader>(out);
     write_struct::<SyscallEvent>(out);
@@ -354,6 +387,8 @@ const _: () = assert!(core::mem::size_of::<StatsKey>() == 32);
 const _: () = assert!(core::mem::size_of::<ErrorKey>() == 32);
 const _: () = assert!(core::mem::size_of::<ThreadState>() == 88 + PATH_CAP);
 const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 72 + 4 * MAX_GPU_MAJORS);
+const _: () = assert!(core::mem::size_of::<InflightWait>() == 56);
+const _: () = assert!(core::mem::offset_of!(ProbeConfig, inflight_waits) == 68 + 4 * MAX_GPU_MAJORS);
 
 #[cfg(test)]
 mod tests {

@@ -40,6 +40,10 @@ pub struct RunConfig {
     pub web: std::sync::Arc<crate::web_config::WebConfig>,
     /// How much of a path /findings shows.
     pub findings_paths: crate::findings::PathDisplay,
+    /// Stacks captured while stalls last (`--stack-captures`).
+    pub stack_captures: bool,
+    /// At most one capture per process per this long.
+    pub stack_capture_interval: Duration,
 }
 
 /// Largest ring buffer accepted (the kernel allows more; nobody needs it).
@@ -94,7 +98,20 @@ impl RunConfig {
                 None => crate::web_config::WebConfig::none(),
             }),
             findings_paths: given(a.findings_paths),
+            stack_captures: given(a.stack_captures).is_on(),
+            stack_capture_interval: check_capture_interval(given(a.stack_capture_interval))?,
         })
+    }
+
+    /// What the stack capturer needs of the options.
+    pub fn capture_settings(&self) -> crate::capture::CaptureSettings {
+        crate::capture::CaptureSettings {
+            stall_threshold: self.findings.stall_threshold,
+            request_threads: self.findings.stall_threads.clone(),
+            ignore_threads: self.findings.stall_ignore_threads.clone(),
+            interval: self.stack_capture_interval,
+            window: self.findings.window,
+        }
     }
 
     /// The threshold the kernel sends slow calls at: low enough for every
@@ -157,7 +174,21 @@ fn findings_settings(a: &RunArgs) -> Result<Settings> {
             p
         },
         verbose: a.findings_verbose,
+        captures: None,
     })
+}
+
+/// Longest --stack-capture-interval: a day (longer is "never again").
+pub const MAX_CAPTURE_INTERVAL: Duration = Duration::from_secs(86_400);
+
+fn check_capture_interval(d: Duration) -> Result<Duration> {
+    if d < Duration::from_secs(1) || d > MAX_CAPTURE_INTERVAL {
+        return Err(Error::usage(format!(
+            "--stack-capture-interval {}: must be between 1s and 1day",
+            humantime::format_duration(d)
+        )));
+    }
+    Ok(d)
 }
 
 fn check_max_comms(n: usize) -> Result<usize> {
@@ -295,6 +326,34 @@ mod tests {
         assert!(check_max_workloads(1).is_ok());
         assert!(check_max_workloads(MAX_WORKLOAD_LABELS).is_ok());
         assert!(check_max_workloads(MAX_WORKLOAD_LABELS + 1).is_err());
+    }
+
+    #[test]
+    fn stack_capture_options() {
+        let c = RunConfig::from_args(&run_args(&[])).unwrap();
+        assert!(c.stack_captures);
+        assert_eq!(c.stack_capture_interval, Duration::from_secs(10));
+        let c =
+            RunConfig::from_args(&run_args(&["--stack-captures", "off", "--stack-capture-interval", "1m"]))
+                .unwrap();
+        assert!(!c.stack_captures);
+        assert_eq!(c.stack_capture_interval, Duration::from_secs(60));
+        for bad in ["0s", "500ms", "2days"] {
+            let r = RunConfig::from_args(&run_args(&["--stack-capture-interval", bad]));
+            assert!(matches!(r, Err(Error::Usage(_))), "{bad}");
+        }
+        use clap::Parser;
+        assert!(crate::cli::Cli::try_parse_from(["sonic-probe", "run", "--stack-captures", "maybe"]).is_err());
+        for (text, on) in [("\"off\"", false), ("false", false), ("\"on\"", true), ("true", true)] {
+            let file = crate::config_file::parse(
+                &format!("stack_captures = {text}\n"),
+                std::path::Path::new("x.toml"),
+            )
+            .unwrap();
+            assert_eq!(RunConfig::from_args(&file).unwrap().stack_captures, on, "{text}");
+        }
+        assert!(crate::config_file::parse("stack_captures = \"maybe\"\n", std::path::Path::new("x.toml"))
+            .is_err());
     }
 
     #[test]

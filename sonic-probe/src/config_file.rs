@@ -104,6 +104,8 @@ mod tests {
             stall_threshold = "2s"
             stall_thread = ["pt_main*"]
             stall_ignore_thread = ["pin_memory"]
+            stack_captures = "off"
+            stack_capture_interval = "30s"
             repeated_open_count = 4
             repeated_open_window = "2m"
             small_read_min_count = 16

@@ -20,9 +20,9 @@ use prometheus::{
 use sonic_probe_common::{
     device_class_name, file_class_name, latency_bucket_upper_ns, size_bucket_upper,
     syscalls::{Family, Syscall, SyscallId, Variant, SYSCALLS},
-    SharedStruct, SyscallStats, COUNTER_DROP_ERRORS, COUNTER_DROP_OPEN_FILES, COUNTER_DROP_RINGBUF,
-    COUNTER_DROP_STATS, COUNTER_DROP_TARGET, COUNTER_DROP_THREAD_STATE, COUNTER_ERRORS_OVERFLOW,
-    COUNTER_EVENTS_SENT, COUNTER_STATS_OVERFLOW,
+    SharedStruct, SyscallStats, COUNTER_DROP_ERRORS, COUNTER_DROP_INFLIGHT_WAITS, COUNTER_DROP_OPEN_FILES,
+    COUNTER_DROP_RINGBUF, COUNTER_DROP_STATS, COUNTER_DROP_TARGET, COUNTER_DROP_THREAD_STATE,
+    COUNTER_ERRORS_OVERFLOW, COUNTER_EVENTS_SENT, COUNTER_STATS_OVERFLOW,
 };
 
 use crate::{
@@ -117,6 +117,11 @@ const FIXED: &[(&str, MetricType, &[&str], &str)] = &[
         "Large map/unmap cycles counted in mmap_churn findings."),
     ("sonic_probe_recurring_errors_total", COUNTER, &["comm", "workload", "syscall", "errno"],
         "Failed calls counted in syscall_errors findings: failures that recur within their process."),
+    ("sonic_probe_stack_captures_total", COUNTER, &["result"],
+        "Stack captures of stalled processes (--stack-captures), by result: ok, partial (the Python or the \
+         native stack could not be read), no_python (not a Python process: native stack only), gone (the \
+         process exited first), unreadable (its memory could not be read), rate_limited (a stall within \
+         --stack-capture-interval of the process's last capture), error."),
     ("sonic_probe_findings", GAUGE, &["kind"],
         "Current findings (GET /findings) by kind."),
     ("sonic_probe_findings_evictions_total", COUNTER, &["kind", "state"],
@@ -130,7 +135,8 @@ const FIXED: &[(&str, MetricType, &[&str], &str)] = &[
         "Events or calls lost, by stage: ringbuf (ring buffer full), thread_state (no \
          per-thread state, call not measured), stats_map / errors_map (aggregation map full, \
          no overflow entry), target_map (forked child not followed), open_files (descriptor \
-         not tracked), user_queue (daemon queue full)."),
+         not tracked), futex_waiting (futex wait not tracked while in progress: no stack capture for \
+         it), user_queue (daemon queue full)."),
     ("sonic_probe_event_decode_errors_total", COUNTER, &[],
         "Ring buffer records the daemon could not decode."),
     ("sonic_probe_aggregation_overflow_total", COUNTER, &["map"],
@@ -228,6 +234,7 @@ const DETECTOR_METRICS: &[&str] = &[
     "sonic_probe_recurring_errors_total",
     "sonic_probe_findings",
     "sonic_probe_findings_evictions_total",
+    "sonic_probe_stack_captures_total",
 ];
 
 fn family(name: &str, kind: MetricType, metrics: Vec<Metric>) -> MetricFamily {
@@ -323,6 +330,7 @@ const DROP_STAGES: &[(u32, &str)] = &[
     (COUNTER_DROP_ERRORS, "errors_map"),
     (COUNTER_DROP_TARGET, "target_map"),
     (COUNTER_DROP_OPEN_FILES, "open_files"),
+    (COUNTER_DROP_INFLIGHT_WAITS, "futex_waiting"),
 ];
 
 /// Exports the kernel's counts and the probe's own health.
@@ -596,9 +604,17 @@ pub struct FindingsCollector {
     workloads: Arc<Mutex<Workloads>>,
     thread_labels: Mutex<CommLabels>,
     descs: Vec<Desc>,
+    /// Where the stack captures count their results (None: captures off).
+    captures: Option<crate::capture::CaptureStore>,
 }
 
 impl FindingsCollector {
+    /// Also exports the stack captures' results.
+    pub fn with_captures(mut self, captures: Option<crate::capture::CaptureStore>) -> Self {
+        self.captures = captures;
+        self
+    }
+
     pub fn new(
         findings: FindingsService,
         labels: Arc<Mutex<CommLabels>>,
@@ -611,6 +627,7 @@ impl FindingsCollector {
             workloads,
             thread_labels: Mutex::new(CommLabels::new(max_threads)),
             descs: descs_of(|n| DETECTOR_METRICS.contains(&n)),
+            captures: None,
         }
     }
 }
@@ -708,6 +725,17 @@ impl Collector for FindingsCollector {
                     .collect(),
             ),
             family("sonic_probe_findings_evictions_total", COUNTER, evictions),
+            family(
+                "sonic_probe_stack_captures_total",
+                COUNTER,
+                match &self.captures {
+                    Some(c) => c.results(),
+                    None => crate::capture::RESULTS.iter().map(|r| (*r, 0)).collect(),
+                }
+                .into_iter()
+                .map(|(r, n)| counter(&[("result", r)], n as f64))
+                .collect(),
+            ),
             family(
                 "sonic_probe_findings",
                 GAUGE,

@@ -21,6 +21,39 @@ use crate::{
     workloads::WorkloadFrom,
 };
 
+/// A switch given as `on` or `off` (in the config file also `true` or
+/// `false`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+impl OnOff {
+    pub fn is_on(self) -> bool {
+        self == OnOff::On
+    }
+}
+
+impl<'de> Deserialize<'de> for OnOff {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Given {
+            Bool(bool),
+            Text(String),
+        }
+        match Given::deserialize(d)? {
+            Given::Bool(b) => Ok(if b { OnOff::On } else { OnOff::Off }),
+            Given::Text(t) => match t.as_str() {
+                "on" | "true" => Ok(OnOff::On),
+                "off" | "false" => Ok(OnOff::Off),
+                _ => Err(D::Error::custom(format!("'{t}' is not on or off"))),
+            },
+        }
+    }
+}
+
 /// One option's documentation: what the README table and `--help` show.
 #[derive(Debug, Clone, Copy)]
 pub struct OptionDoc {
@@ -205,6 +238,20 @@ run_options! {
     /// Repeatable.
     #[arg(long, value_name = "PATTERN")]
     stall_ignore_thread: Vec<String>;
+
+    /// While a request thread's futex wait lasts past --stall-threshold,
+    /// read the stacks of its process (the Python frames of every thread,
+    /// the native stack of the waiting thread) into the futex_stall finding:
+    /// on or off. On keeps CAP_SYS_PTRACE after attach (reading another
+    /// process's memory needs it). Read at start only.
+    #[arg(long, value_name = "on/off")]
+    stack_captures: Option<OnOff> = "on";
+
+    /// At most one stack capture per process per this long; further stalls
+    /// within it are counted as rate_limited and their findings say so.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(deserialize_with = "duration")]
+    stack_capture_interval: Option<Duration> = "10s";
 
     /// A path opened this many times by one process within
     /// --repeated-open-window is a repeated_open finding.
@@ -432,6 +479,8 @@ mod tests {
         assert_eq!(d.log_level.as_deref(), Some("info"));
         assert_eq!(d.syscalls, Some(sonic_probe_common::syscalls::default_mask()));
         assert!(d.pid.is_empty() && d.config.is_none() && d.btf.is_none() && !d.bpf_stats);
+        assert_eq!(d.stack_captures, Some(OnOff::On));
+        assert_eq!(d.stack_capture_interval, Some(Duration::from_secs(10)));
         for o in OPTIONS.iter().filter(|o| o.default.is_some()) {
             assert!(keys().contains(&o.name), "{} has a default but no key", o.name);
         }

@@ -185,7 +185,7 @@ fn test() -> Result<()> {
     // gets: CO-RE reads, per-thread state in a hash, futex wakes in a map),
     // at full speed: every test that watches real calls.
     let mut fallback = vec!["test", "-p", "sonic-probe-tests"];
-    for t in ["core", "diagnoses", "trace", "reliability", "kernels", "cli", "workloads"] {
+    for t in ["core", "diagnoses", "trace", "reliability", "kernels", "cli", "workloads", "stacks"] {
         fallback.extend(["--test", t]);
     }
     sh("cargo", &fallback, &[("SONIC_PROBE_REQUIRE_PRIVILEGED", "1"), ("SONIC_PROBE_FALLBACK", "all")])?;

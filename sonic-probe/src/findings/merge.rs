@@ -79,7 +79,19 @@ fn fold(acc: &mut Record, r: Record) {
     acc.incarnation = r.incarnation;
     match (&mut acc.detail, r.detail) {
         (
-            Detail::FutexStall { tid, wait_seconds, op, uaddr, waker_tid, waker_thread, count, .. },
+            Detail::FutexStall {
+                tid,
+                wait_seconds,
+                op,
+                uaddr,
+                waker_tid,
+                waker_thread,
+                count,
+                stack,
+                waker_stack,
+                stack_note,
+                ..
+            },
             Detail::FutexStall {
                 tid: t2,
                 wait_seconds: w2,
@@ -88,12 +100,17 @@ fn fold(acc: &mut Record, r: Record) {
                 waker_tid: wt2,
                 waker_thread: wn2,
                 count: c2,
+                stack: s2,
+                waker_stack: ws2,
+                stack_note: n2,
                 ..
             },
         ) => {
             *count += c2;
+            // The details, stacks included, are those of the longest wait.
             if w2 >= *wait_seconds {
                 (*tid, *wait_seconds, *op, *uaddr, *waker_tid, *waker_thread) = (t2, w2, o2, u2, wt2, wn2);
+                (*stack, *waker_stack, *stack_note) = (s2, ws2, n2);
             }
         }
         (
@@ -197,6 +214,15 @@ mod tests {
                 waker_tid: None,
                 waker_thread: None,
                 count,
+                stack: vec![crate::stacks::Frame {
+                    function: format!("f{pid}"),
+                    file: None,
+                    line: None,
+                    module: None,
+                    kind: crate::stacks::FrameKind::Python,
+                }],
+                waker_stack: Vec::new(),
+                stack_note: None,
             },
             pid,
             incarnation: u64::from(pid),
@@ -216,8 +242,11 @@ mod tests {
             ..stall(pid, 0.0, 0)
         };
         let m = merge(vec![stall(1, 2.0, 1), stall(2, 5.0, 2), stall(3, 1.5, 1)], |_| false);
-        let Detail::FutexStall { wait_seconds, count, uaddr, .. } = &m[0].record.detail else { panic!() };
+        let Detail::FutexStall { wait_seconds, count, uaddr, stack, .. } = &m[0].record.detail else {
+            panic!()
+        };
         assert_eq!((*wait_seconds, *count, uaddr.as_str(), m[0].processes), (5.0, 4, "0x2", 3));
+        assert_eq!(stack[0].function, "f2", "the stacks of the longest wait");
         let m = merge(vec![reads(1, 10, 100), reads(2, 30, 500)], |_| false);
         let Detail::SmallReads { count, bytes, typical_size, .. } = &m[0].record.detail else { panic!() };
         assert_eq!((*count, *bytes, *typical_size), (40, 16_000, 400));

@@ -37,7 +37,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use crate::events::Event;
+use crate::{events::Event, stacks::Frame};
 pub use files::{FileTable, FileTotals, KnownFile};
 pub use paths::{show_paths, PathDisplay};
 pub use service::FindingsService;
@@ -93,6 +93,20 @@ pub enum Detail {
         waker_thread: Option<String>,
         /// Stalls of this thread.
         count: u64,
+        /// The waiting thread's stack during that stall, innermost frame
+        /// first: its Python frames, then its native ones (`run
+        /// --stack-captures`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        stack: Vec<Frame>,
+        /// The waker's stack while the request waited (what the holder was
+        /// doing): its Python frames, then its native ones if it was in a
+        /// futex wait itself then.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        waker_stack: Vec<Frame>,
+        /// Why a stack is missing or partial, and how far into the wait
+        /// the stacks were read.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stack_note: Option<String>,
     },
     /// The same path opened again and again by one process.
     RepeatedOpen { path: String, file_class: String, count: u64, bytes_read: u64 },
@@ -203,6 +217,8 @@ pub struct Settings {
     /// Report everything: turns off the rules that keep one-off start-up
     /// behaviour of short-lived processes out of the findings.
     pub verbose: bool,
+    /// The stacks captured while stalls lasted (None: captures are off).
+    pub captures: Option<crate::capture::CaptureStore>,
 }
 
 /// A problem recurs within a process when it shows again at least this long

@@ -52,6 +52,7 @@ pub fn show_paths(findings: &mut [Finding], display: PathDisplay) {
                     *p = display.show(p);
                 }
             }
+            // Its stack frames name source files of code, not data.
             Detail::FutexStall { .. } => {}
         }
     }

@@ -19,8 +19,8 @@ use aya::{
     Btf, Ebpf, EbpfLoader,
 };
 use sonic_probe_common::{
-    ext_key, syscalls::NR_SYSCALLS, ErrorKey, ExtKey, FileKey, OpenFile, ProbeConfig, SharedStruct, StatsKey,
-    SyscallStats, ThreadState,
+    ext_key, syscalls::NR_SYSCALLS, ErrorKey, ExtKey, FileKey, InflightWait, OpenFile, ProbeConfig,
+    SharedStruct, StatsKey, SyscallStats, ThreadState,
 };
 use sonic_probe_ebpf::{maps, ProgramGroup, Variant, PROGRAMS};
 
@@ -280,6 +280,12 @@ impl Probe {
         let map: HashMap<MapData, FileKey, OpenFile> =
             HashMap::try_from(take(&mut self.ebpf, maps::OPEN_FILES)?).map_err(map_err(maps::OPEN_FILES))?;
         Ok(OpenFiles::new(map))
+    }
+
+    /// The futex waits in progress (futex_waiting, filled only while
+    /// probe_config.inflight_waits is set; call once).
+    pub fn take_futex_waiting(&mut self) -> Result<HashMap<MapData, u32, InflightWait>, ProbeError> {
+        HashMap::try_from(take(&mut self.ebpf, maps::FUTEX_WAITING)?).map_err(map_err(maps::FUTEX_WAITING))
     }
 
     /// Turns on the kernel's BPF run-time statistics until the probe is dropped.
