@@ -116,6 +116,8 @@ struct Inner {
     pending: HashMap<(u32, u64), Capture>,
     /// result -> captures.
     results: BTreeMap<&'static str, u64>,
+    /// Time spent reading stacks, all captures together.
+    spent: Duration,
 }
 
 /// Captures waiting for their stall, and the counts of their results.
@@ -161,6 +163,16 @@ impl CaptureStore {
 
     pub fn pending(&self) -> usize {
         self.inner.lock().expect("captures lock").pending.len()
+    }
+
+    /// Adds the time one capture (of one process) took.
+    pub fn add_time(&self, took: Duration) {
+        self.inner.lock().expect("captures lock").spent += took;
+    }
+
+    /// Time spent reading stacks since the start.
+    pub fn time_spent(&self) -> Duration {
+        self.inner.lock().expect("captures lock").spent
     }
 
     /// Captures by result, every result of [`RESULTS`] listed.
@@ -340,7 +352,10 @@ impl Capturer {
             }
             self.last.insert(tgid, now_ns);
             let of_process: Vec<InflightWait> = waits.iter().filter(|w| w.tgid == tgid).copied().collect();
-            for c in capture(tgid, &due, &of_process, s.interval) {
+            let started = std::time::Instant::now();
+            let done = capture(tgid, &due, &of_process, s.interval);
+            self.store.add_time(started.elapsed());
+            for c in done {
                 debug!(pid = tgid, tid = c.tid, result = c.result, "stack capture");
                 self.store.insert(c);
             }

@@ -122,6 +122,9 @@ const FIXED: &[(&str, MetricType, &[&str], &str)] = &[
          native stack could not be read), no_python (not a Python process: native stack only), gone (the \
          process exited first), unreadable (its memory could not be read), rate_limited (a stall within \
          --stack-capture-interval of the process's last capture), error."),
+    ("sonic_probe_stack_capture_seconds_total", COUNTER, &[],
+        "Time the daemon spent reading stacks of stalled processes (off the event loop); divided by the \
+         captures that were not rate_limited, the time one capture takes."),
     ("sonic_probe_findings", GAUGE, &["kind"],
         "Current findings (GET /findings) by kind."),
     ("sonic_probe_findings_evictions_total", COUNTER, &["kind", "state"],
@@ -235,6 +238,7 @@ const DETECTOR_METRICS: &[&str] = &[
     "sonic_probe_findings",
     "sonic_probe_findings_evictions_total",
     "sonic_probe_stack_captures_total",
+    "sonic_probe_stack_capture_seconds_total",
 ];
 
 fn family(name: &str, kind: MetricType, metrics: Vec<Metric>) -> MetricFamily {
@@ -735,6 +739,11 @@ impl Collector for FindingsCollector {
                 .into_iter()
                 .map(|(r, n)| counter(&[("result", r)], n as f64))
                 .collect(),
+            ),
+            family(
+                "sonic_probe_stack_capture_seconds_total",
+                COUNTER,
+                vec![counter(&[], self.captures.as_ref().map_or(0.0, |c| c.time_spent().as_secs_f64()))],
             ),
             family(
                 "sonic_probe_findings",

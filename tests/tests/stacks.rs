@@ -154,6 +154,10 @@ fn a_python_stall_names_the_waiting_and_the_holding_function() {
         scrape.lines().filter(|l| l.starts_with("sonic_probe_stack_captures_total")).collect();
     assert_eq!(total_captures(&d), 1.0, "{counts:?}");
     assert_eq!(captures(&d, "ok") + captures(&d, "partial"), 1.0);
+    // Its time is counted: more than nothing, less than the 1 s budget of
+    // the Python reader plus the native unwind.
+    let spent = d.metrics().get("sonic_probe_stack_capture_seconds_total", &[]).unwrap();
+    assert!(spent > 0.0 && spent < 3.0, "capture took {spent} s");
 
     let t = table(&d, &[]);
     let row = t.lines().find(|l| l.starts_with("futex_stall") && l.contains(&format!(" {pid} "))).unwrap();

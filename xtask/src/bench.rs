@@ -93,6 +93,9 @@ pub enum Tracer {
     /// sonic-probe run --workload-from none: what the per-cgroup keys
     /// (the `workload` label) add, by difference with SonicRun.
     SonicRunNoWorkloads,
+    /// sonic-probe run --stack-captures off: what the in-flight futex wait
+    /// entries of the stall captures add, by difference with SonicRun.
+    SonicRunNoCaptures,
     SonicTrace,
     Bpftrace,
     PerfTrace,
@@ -112,6 +115,7 @@ impl Tracer {
             Tracer::SonicRun => "run",
             Tracer::SonicRunFallback => "run-fallback",
             Tracer::SonicRunNoWorkloads => "run-no-workloads",
+            Tracer::SonicRunNoCaptures => "run-no-captures",
             Tracer::SonicTrace => "trace",
             Tracer::Bpftrace => "bpftrace",
             Tracer::PerfTrace => "perf",
@@ -132,6 +136,7 @@ impl Tracer {
             Tracer::SonicRun => "sonic-probe run",
             Tracer::SonicRunFallback => "sonic-probe run, every fallback (as on 5.10)",
             Tracer::SonicRunNoWorkloads => "sonic-probe run --workload-from none",
+            Tracer::SonicRunNoCaptures => "sonic-probe run --stack-captures off",
             Tracer::SonicTrace => "sonic-probe trace",
             Tracer::Bpftrace => "bpftrace (latency histograms)",
             Tracer::PerfTrace => "perf trace -s",
@@ -542,7 +547,10 @@ impl Bench {
                 self.pin_tracer(&mut c);
                 Attached::Process(spawn_until(c, "attached", false)?)
             }
-            Tracer::SonicRun | Tracer::SonicRunFallback | Tracer::SonicRunNoWorkloads => {
+            Tracer::SonicRun
+            | Tracer::SonicRunFallback
+            | Tracer::SonicRunNoWorkloads
+            | Tracer::SonicRunNoCaptures => {
                 let mut c = Command::new(&self.sonic);
                 c.args(["run", "--listen", "127.0.0.1:0"]);
                 if t == Tracer::SonicRunFallback {
@@ -550,6 +558,9 @@ impl Bench {
                 }
                 if t == Tracer::SonicRunNoWorkloads {
                     c.args(["--workload-from", "none"]);
+                }
+                if t == Tracer::SonicRunNoCaptures {
+                    c.args(["--stack-captures", "off"]);
                 }
                 self.pin_tracer(&mut c);
                 Attached::Process(spawn_until(c, " ready in ", false)?)

@@ -39,7 +39,7 @@ tasks:
                  kernels (vmtest)
   demo           run the daemon against a faulty stand-in of the Sonic service
                  (tests/workloads/sonic_sim.py) and print what it found (needs root)
-  bench [--smoke] [--rounds N] [--only none,floor,minimal,run,run-fallback,run-no-workloads,trace,bpftrace,perf,strace]
+  bench [--smoke] [--rounds N] [--only none,floor,minimal,run,run-fallback,run-no-workloads,run-no-captures,trace,bpftrace,perf,strace]
                  measure the cost per call of sonic-probe (its fast programs and
                  the fallbacks older kernels get) against no tracer, the
                  floor (empty BPF programs), a minimal exact latency histogram,
