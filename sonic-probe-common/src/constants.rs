@@ -156,6 +156,13 @@ shared_consts! {
     /// max_entries of futex_waiting: futex waits of target threads in
     /// progress at once, host-wide (with --stack-captures on).
     pub const MAX_INFLIGHT_WAITS: u32 = 8192;
+    /// probe_config.inflight_waits: only the waits of main threads (tid ==
+    /// tgid) are entered: the only request threads without --stall-thread,
+    /// so that worker threads' waits pay nothing for the captures.
+    pub const INFLIGHT_MAIN_THREADS: u32 = 1;
+    /// probe_config.inflight_waits: the waits of every target thread (with
+    /// --stall-thread, whose names user space matches).
+    pub const INFLIGHT_ALL_THREADS: u32 = 2;
     /// max_entries of file_classes (extensions with a class).
     pub const MAX_FILE_CLASS_EXTS: u32 = 256;
     /// thread_state.aux_kind: aux holds a struct timespec.

@@ -48,7 +48,8 @@ shared_struct! {
         /// ErrorKey.cgroup), for the `workload` label; 0 leaves them 0.
         pub workload_cgroups: u32,
         /// Non-zero: futex waits of targets are entered in futex_waiting
-        /// while they last (stall stack captures, `run --stack-captures`).
+        /// while they last (stall stack captures, `run --stack-captures`):
+        /// INFLIGHT_MAIN_THREADS or INFLIGHT_ALL_THREADS.
         /// Takes the place of the padding that kept the struct a multiple
         /// of 8 bytes: the size is unchanged.
         pub inflight_waits: u32,

@@ -65,6 +65,17 @@ static __always_inline void inflight_enter(const struct pt_regs *regs, const str
 		count(SP_COUNTER_DROP_INFLIGHT_WAITS);
 }
 
+/* Whether thread pid_tgid's waits are entered (and so removed at exit).
+ * A SIGHUP that narrows the mode leaves the entries of waits then in
+ * progress to the thread's exit (sched_process_exit); the daemon judges
+ * every entry by the current request-thread rule anyway. */
+static __always_inline bool inflight_kept(const struct probe_config *cfg, __u64 pid_tgid)
+{
+	if (cfg->inflight_waits == SP_INFLIGHT_ALL_THREADS)
+		return true;
+	return cfg->inflight_waits == SP_INFLIGHT_MAIN_THREADS && (__u32)pid_tgid == (__u32)(pid_tgid >> 32);
+}
+
 /* At a wait's exit (or its thread's): it is over. */
 static __always_inline void inflight_exit(__u32 tid)
 {

@@ -105,7 +105,7 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	st->start_ns = bpf_ktime_get_ns();
 	if (idx == SP_SYSCALL_FUTEX)
 		futex_enter(st, task, pid_tgid, st->start_ns);
-	if (cfg->inflight_waits && is_futex_wait(idx, st))
+	if (cfg->inflight_waits && inflight_kept(cfg, pid_tgid) && is_futex_wait(idx, st))
 		inflight_enter(regs, st, idx, pid_tgid);
 	return 0;
 }
@@ -141,7 +141,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	struct probe_config *cfg = get_config();
 	if (!cfg)
 		return 0;
-	if (cfg->inflight_waits && is_futex_wait(idx, st))
+	if (cfg->inflight_waits && inflight_kept(cfg, pid_tgid) && is_futex_wait(idx, st))
 		inflight_exit((__u32)pid_tgid);
 	__u32 tgid = c.pid_tgid >> 32;
 	bool failed = ret < 0 && ret >= -4095;

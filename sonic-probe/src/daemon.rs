@@ -171,7 +171,11 @@ pub fn probe_config(config: &RunConfig) -> ProbeConfig {
         wakeup_bytes: u64::from(config.ringbuf_bytes / 4),
         syscall_mask: config.syscalls,
         workload_cgroups: u32::from(config.workloads.enabled()),
-        inflight_waits: u32::from(config.stack_captures),
+        inflight_waits: match (config.stack_captures, config.findings.stall_threads.is_empty()) {
+            (false, _) => 0,
+            (true, true) => sonic_probe_common::INFLIGHT_MAIN_THREADS,
+            (true, false) => sonic_probe_common::INFLIGHT_ALL_THREADS,
+        },
         ..crate::probe::base_config()
     }
 }

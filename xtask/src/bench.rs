@@ -46,7 +46,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use crate::bpfstats::{self, Programs, Role};
 
 /// Calls measured, and how many of each per run.
-const CALLS: &[&str] = &["read", "futex", "openat", "mmap", "getppid"];
+const CALLS: &[&str] = &["read", "futex", "futex_wait", "openat", "mmap", "getppid"];
 
 /// Traced system calls per loop iteration of sp-bench CALL (openat and mmap
 /// close and unmap again; getppid is not traced).

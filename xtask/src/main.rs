@@ -367,6 +367,7 @@ fn bench_task(args: &[String]) -> Result<()> {
         SonicRun,
         SonicRunFallback,
         SonicRunNoWorkloads,
+        SonicRunNoCaptures,
         SonicTrace,
         Bpftrace,
         PerfTrace,
