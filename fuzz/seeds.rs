@@ -15,7 +15,7 @@ use sonic_probe_common::{
 };
 
 fn header(kind: u32) -> EventHeader {
-    EventHeader { kind, tgid: 4242, tid: 4243, cpu: 1, time_ns: 1_000_000_000 }
+    EventHeader { kind, tgid: 4242, tid: 4243, cpu: 1, time_ns: 1_000_000_000, cgroup: 1 }
 }
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) {
@@ -89,6 +89,8 @@ ringbuf_size = "8MiB"
 stall_threshold = "2.5s"
 stall_thread = ["pt_main*"]
 stall_ignore_thread = ["pin_memory"]
+stack_captures = "on"
+stack_capture_interval = "30s"
 repeated_open_count = 4
 repeated_open_window = "2m"
 small_read_min_count = 16

@@ -120,8 +120,11 @@ shared_consts! {
     /// counters index: files not tracked, open_files map full (their reads
     /// are classed not_file and get no close event).
     pub const COUNTER_DROP_OPEN_FILES: u32 = 8;
+    /// counters index: futex waits not entered in futex_waiting, the map
+    /// was full (no stack capture for them).
+    pub const COUNTER_DROP_INFLIGHT_WAITS: u32 = 9;
     /// Number of counters.
-    pub const NR_COUNTERS: u32 = 9;
+    pub const NR_COUNTERS: u32 = 10;
 
     /// max_entries of target_processes.
     pub const MAX_TARGET_PROCESSES: u32 = 65536;
@@ -150,6 +153,16 @@ shared_consts! {
     /// max_entries of futex_wake_words (kernels without per-CPU lookups of
     /// other CPUs' elements): futex words whose last wake is remembered.
     pub const MAX_FUTEX_WAKE_WORDS: u32 = 16384;
+    /// max_entries of futex_waiting: futex waits of target threads in
+    /// progress at once, host-wide (with --stack-captures on).
+    pub const MAX_INFLIGHT_WAITS: u32 = 8192;
+    /// probe_config.inflight_waits: only the waits of main threads (tid ==
+    /// tgid) are entered: the only request threads without --stall-thread,
+    /// so that worker threads' waits pay nothing for the captures.
+    pub const INFLIGHT_MAIN_THREADS: u32 = 1;
+    /// probe_config.inflight_waits: the waits of every target thread (with
+    /// --stall-thread, whose names user space matches).
+    pub const INFLIGHT_ALL_THREADS: u32 = 2;
     /// max_entries of file_classes (extensions with a class).
     pub const MAX_FILE_CLASS_EXTS: u32 = 256;
     /// thread_state.aux_kind: aux holds a struct timespec.

@@ -44,6 +44,43 @@ shared_struct! {
         /// Character-device majors of GPU drivers (from /proc/devices), 0 in
         /// unused slots: their descriptors are FILE_CLASS_GPU.
         pub gpu_majors: [u32; 8],
+        /// Non-zero: statistics are kept per cgroup too (StatsKey.cgroup,
+        /// ErrorKey.cgroup), for the `workload` label; 0 leaves them 0.
+        pub workload_cgroups: u32,
+        /// Non-zero: futex waits of targets are entered in futex_waiting
+        /// while they last (stall stack captures, `run --stack-captures`):
+        /// INFLIGHT_MAIN_THREADS or INFLIGHT_ALL_THREADS.
+        /// Takes the place of the padding that kept the struct a multiple
+        /// of 8 bytes: the size is unchanged.
+        pub inflight_waits: u32,
+    }
+}
+
+shared_struct! {
+    /// Value of futex_waiting (key: the thread id): a futex wait of a
+    /// target thread in progress, entered at its sys_enter and deleted at
+    /// its sys_exit (or the thread's exit), with the user registers saved
+    /// at the system call's entry, from which its native stack is unwound
+    /// while it waits.
+    pub struct InflightWait as "inflight_wait" {
+        pub tgid: u32,
+        pub tid: u32,
+        /// The call's entry time (its event's header.time_ns).
+        pub start_ns: u64,
+        /// The futex word (futex), or the futex_waitv array.
+        pub uaddr: u64,
+        /// The futex op argument (0 for futex_waitv).
+        pub op: u32,
+        /// Syscall index (futex or futex_waitv).
+        pub syscall: u16,
+        pub _pad: u16,
+        /// User instruction pointer at the system call (after its syscall
+        /// instruction).
+        pub ip: u64,
+        /// User stack pointer.
+        pub sp: u64,
+        /// User frame pointer (rbp).
+        pub bp: u64,
     }
 }
 
@@ -88,6 +125,11 @@ shared_struct! {
         /// Name of the thread-group leader when the call ended; all zero in
         /// the overflow entries.
         pub comm: [u8; 16],
+        pub _pad: u32,
+        /// The caller's cgroup v2 id when the call ended (the `workload`),
+        /// 0 with probe_config.workload_cgroups off and in overflow entries.
+        /// Per cgroup, not per process: no entry per new process.
+        pub cgroup: u64,
     }
 }
 
@@ -126,6 +168,9 @@ shared_struct! {
         /// Name of the thread-group leader when the call ended; all zero in
         /// the overflow entries.
         pub comm: [u8; 16],
+        pub _pad: u32,
+        /// As StatsKey.cgroup.
+        pub cgroup: u64,
     }
 }
 
@@ -240,6 +285,8 @@ shared_struct! {
         pub cpu: u32,
         /// bpf_ktime_get_ns() (CLOCK_MONOTONIC) of the event; the call's entry for calls.
         pub time_ns: u64,
+        /// cgroup v2 id of the thread when the event was made (its `workload`).
+        pub cgroup: u64,
     }
 }
 
@@ -320,6 +367,7 @@ pub(crate) fn write_c_structs(out: &mut String) {
     write_struct::<FutexWake>(out);
     write_struct::<FutexWakeRing>(out);
     write_struct::<FutexWordKey>(out);
+    write_struct::<InflightWait>(out);
     write_struct::<ExtKey>(out);
     write_struct::<EventHeader>(out);
     write_struct::<SyscallEvent>(out);
@@ -330,14 +378,18 @@ pub(crate) fn write_c_structs(out: &mut String) {
 
 // The sizes the ring buffer reader relies on. The programs and the daemon
 // are built together from these definitions; kind numbers are never reused.
-const _: () = assert!(core::mem::size_of::<EventHeader>() == 24);
-const _: () = assert!(core::mem::size_of::<SyscallEvent>() == 184);
-const _: () = assert!(core::mem::size_of::<SyscallPathEvent>() == 184 + PATH_CAP);
-const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 48);
+const _: () = assert!(core::mem::size_of::<EventHeader>() == 32);
+const _: () = assert!(core::mem::size_of::<SyscallEvent>() == 192);
+const _: () = assert!(core::mem::size_of::<SyscallPathEvent>() == 192 + PATH_CAP);
+const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 56);
 const _: () = assert!(core::mem::size_of::<FutexWakeRing>() == 8 + 40 * FUTEX_WAKE_SLOTS as usize);
 const _: () = assert!(core::mem::size_of::<SyscallStats>() == 8 * (5 + LATENCY_BUCKETS + SIZE_BUCKETS));
+const _: () = assert!(core::mem::size_of::<StatsKey>() == 32);
+const _: () = assert!(core::mem::size_of::<ErrorKey>() == 32);
 const _: () = assert!(core::mem::size_of::<ThreadState>() == 88 + PATH_CAP);
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 64 + 4 * MAX_GPU_MAJORS);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 72 + 4 * MAX_GPU_MAJORS);
+const _: () = assert!(core::mem::size_of::<InflightWait>() == 56);
+const _: () = assert!(core::mem::offset_of!(ProbeConfig, inflight_waits) == 68 + 4 * MAX_GPU_MAJORS);
 
 #[cfg(test)]
 mod tests {

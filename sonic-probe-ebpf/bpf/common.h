@@ -33,4 +33,5 @@ static __always_inline void fill_header(struct event_header *h, __u32 kind, __u6
 	h->tid = (__u32)pid_tgid;
 	h->cpu = bpf_get_smp_processor_id();
 	h->time_ns = time_ns;
+	h->cgroup = bpf_get_current_cgroup_id();
 }

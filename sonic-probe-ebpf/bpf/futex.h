@@ -25,6 +25,63 @@ static __always_inline bool futex_cmd_has_timeout(__u32 cmd)
 	       cmd == FUTEX_LOCK_PI2 || cmd == FUTEX_WAIT_REQUEUE_PI;
 }
 
+/* Commands that block until woken (or the lock is had): the waits. */
+static __always_inline bool futex_cmd_waits(__u32 cmd)
+{
+	return cmd == FUTEX_WAIT || cmd == FUTEX_WAIT_BITSET || cmd == FUTEX_LOCK_PI ||
+	       cmd == FUTEX_LOCK_PI2 || cmd == FUTEX_WAIT_REQUEUE_PI;
+}
+
+/* Whether this call is a wait futex_waiting keeps (futex_waitv always is). */
+static __always_inline bool is_futex_wait(int idx, const struct thread_state *st)
+{
+	if (idx == SP_SYSCALL_FUTEX_WAITV)
+		return true;
+	return idx == SP_SYSCALL_FUTEX && futex_cmd_waits(st->args[1] & SP_FUTEX_CMD_MASK);
+}
+
+/* At a wait's entry, with captures on: enter it in futex_waiting with the
+ * user registers of the system call, so that the daemon can see it while
+ * it lasts and unwind the waiting thread's stack from them. The registers
+ * are those of the tracepoint's pt_regs (the user context saved at entry),
+ * read like the arguments. */
+static __always_inline void inflight_enter(const struct pt_regs *regs, const struct thread_state *st, int idx,
+					   __u64 pid_tgid)
+{
+	__u32 tid = (__u32)pid_tgid;
+	struct inflight_wait w = {
+		.tgid = pid_tgid >> 32,
+		.tid = tid,
+		.start_ns = st->start_ns,
+		.uaddr = st->args[0],
+		.op = idx == SP_SYSCALL_FUTEX ? (__u32)st->args[1] : 0,
+		.syscall = idx,
+		.ip = regs->ip,
+		.sp = regs->sp,
+		.bp = regs->bp,
+	};
+
+	if (bpf_map_update_elem(&futex_waiting, &tid, &w, BPF_ANY))
+		count(SP_COUNTER_DROP_INFLIGHT_WAITS);
+}
+
+/* Whether thread pid_tgid's waits are entered (and so removed at exit).
+ * A SIGHUP that narrows the mode leaves the entries of waits then in
+ * progress to the thread's exit (sched_process_exit); the daemon judges
+ * every entry by the current request-thread rule anyway. */
+static __always_inline bool inflight_kept(const struct probe_config *cfg, __u64 pid_tgid)
+{
+	if (cfg->inflight_waits == SP_INFLIGHT_ALL_THREADS)
+		return true;
+	return cfg->inflight_waits == SP_INFLIGHT_MAIN_THREADS && (__u32)pid_tgid == (__u32)(pid_tgid >> 32);
+}
+
+/* At a wait's exit (or its thread's): it is over. */
+static __always_inline void inflight_exit(__u32 tid)
+{
+	bpf_map_delete_elem(&futex_waiting, &tid);
+}
+
 #if SP_WAKER_PERCPU
 static __always_inline void note_wake(const struct task_struct *task, __u64 pid_tgid, __u64 uaddr, __u64 now)
 {

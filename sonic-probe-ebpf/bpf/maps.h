@@ -136,6 +136,17 @@ struct {
 } futex_wake_words SEC(".maps");
 #endif
 
+/* tid -> the futex wait it is in now (futex.h), only with
+ * probe_config.inflight_waits: the daemon looks for stalls while they last
+ * and captures the stalled process's stacks. Preallocated: inserted from a
+ * tracepoint, where an allocation may fail. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_MAX_INFLIGHT_WAITS);
+	__type(key, __u32);
+	__type(value, struct inflight_wait);
+} futex_waiting SEC(".maps");
+
 /* COUNTER_* -> count, per CPU: drops, overflows, events sent. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -105,6 +105,8 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	st->start_ns = bpf_ktime_get_ns();
 	if (idx == SP_SYSCALL_FUTEX)
 		futex_enter(st, task, pid_tgid, st->start_ns);
+	if (cfg->inflight_waits && inflight_kept(cfg, pid_tgid) && is_futex_wait(idx, st))
+		inflight_enter(regs, st, idx, pid_tgid);
 	return 0;
 }
 
@@ -139,10 +141,14 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	struct probe_config *cfg = get_config();
 	if (!cfg)
 		return 0;
+	if (cfg->inflight_waits && inflight_kept(cfg, pid_tgid) && is_futex_wait(idx, st))
+		inflight_exit((__u32)pid_tgid);
 	__u32 tgid = c.pid_tgid >> 32;
 	bool failed = ret < 0 && ret >= -4095;
 
 	struct stats_key key = { .syscall = idx };
+	if (cfg->workload_cgroups)
+		key.cgroup = bpf_get_current_cgroup_id();
 	{
 		struct task_struct *leader = KREAD(task, group_leader);
 		KREAD_COMM(key.comm, leader);
@@ -289,6 +295,12 @@ SEC("tp_btf/sched_process_exit")
 int BPF_PROG(sched_process_exit, struct task_struct *p)
 {
 	entry_state_free(p->pid);
+	{
+		/* A thread that exits in a futex wait never reaches its sys_exit. */
+		struct probe_config *c = get_config();
+		if (c && c->inflight_waits)
+			inflight_exit(p->pid);
+	}
 	/* The rest only for the last thread of a process: signal->live
 	 * already dropped to 0. */
 	if (p->signal->live.counter != 0)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (MIT OR GPL-2.0) */
 /*
  * Exact aggregation: every traced call lands in syscall_stats (and every
- * failure in syscall_errors) under its process name, per CPU. When a map is
+ * failure in syscall_errors) under its process name and (with workloads on)
+ * its cgroup, per CPU. When a map is
  * full (or the kernel cannot allocate an entry) the call goes to the
  * overflow entry of its syscall the daemon created (empty name), so totals
  * stay exact.
@@ -85,6 +86,7 @@ static __always_inline void add_error(const struct stats_key *skey, long ret)
 		.errno = (__u16)(-ret),
 	};
 	__builtin_memcpy(key.comm, skey->comm, SP_COMM_LEN);
+	key.cgroup = skey->cgroup;
 
 	__u64 *c = bpf_map_lookup_elem(&syscall_errors, &key);
 	if (!c) {

@@ -83,7 +83,7 @@ struct futex_waitv {
 
 struct pt_regs {
 	unsigned long r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;
-	unsigned long ax, cx, dx, si, di, orig_ax, ip;
+	unsigned long ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp;
 };
 
 typedef struct {

@@ -209,5 +209,7 @@ pub mod maps {
     pub const COUNTERS: &str = "counters";
     pub const OPEN_FILES: &str = "open_files";
     pub const FILE_CLASSES: &str = "file_classes";
+    /// Futex waits of targets in progress (with stack captures on).
+    pub const FUTEX_WAITING: &str = "futex_waiting";
     pub const EVENTS: &str = "events";
 }

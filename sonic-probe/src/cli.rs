@@ -123,6 +123,11 @@ pub struct FindingsArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Print the whole stacks captured during stalls under each finding
+    /// (the table shows the innermost meaningful frame of each).
+    #[arg(long, conflicts_with = "json")]
+    pub stacks: bool,
+
     /// For an https:// URL: the CA certificate(s), PEM, that signed the
     /// daemon's certificate. [default: the system's CA bundle]
     #[arg(long, value_name = "FILE")]

@@ -13,6 +13,7 @@ use rustls::pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer, ServerNam
 use crate::{
     error::{Error, Result},
     findings::{Detail, Finding},
+    stacks::{Frame, FrameKind},
 };
 
 /// The environment variable `--user`'s password is read from.
@@ -216,7 +217,7 @@ where
         .map_err(Into::into)
 }
 
-pub fn run(url: &str, options: &ClientOptions, json: bool) -> Result<()> {
+pub fn run(url: &str, options: &ClientOptions, json: bool, stacks: bool) -> Result<()> {
     let endpoint = Endpoint::new(url, options)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("async runtime")?;
     let body = rt.block_on(endpoint.get("/findings")).with_context(|| {
@@ -228,8 +229,91 @@ pub fn run(url: &str, options: &ClientOptions, json: bool) -> Result<()> {
     }
     let findings: Vec<Finding> =
         serde_json::from_slice(&body).context("the daemon's answer is not findings JSON")?;
-    print!("{}", render_table(&findings));
+    print!("{}", if stacks { render_with_stacks(&findings) } else { render_table(&findings) });
     Ok(())
+}
+
+/// Frames of the machinery a wait goes through rather than of the
+/// program's own code: Python's threading module, the C library.
+fn is_machinery(f: &Frame) -> bool {
+    let file = f.file.as_deref().unwrap_or("");
+    let module = f.module.as_deref().unwrap_or("");
+    let base = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
+    let (file, module) = (base(file), base(module));
+    file == "threading.py"
+        || ["libc.so", "libc-", "libpthread", "ld-linux"].iter().any(|m| module.starts_with(m))
+        || (f.kind == FrameKind::Native && f.function.starts_with("__"))
+}
+
+/// The innermost frame of the program's own code (stacks are innermost
+/// first), else the innermost frame.
+pub fn meaningful_frame(stack: &[Frame]) -> Option<&Frame> {
+    stack.iter().find(|f| !is_machinery(f)).or_else(|| stack.first())
+}
+
+/// `infer() at server.py:88`.
+pub fn short_frame(f: &Frame) -> String {
+    let file = f.file.as_deref().map(|p| p.rsplit('/').next().unwrap_or(p));
+    let module = f.module.as_deref().map(|p| p.rsplit('/').next().unwrap_or(p));
+    match (file, f.line, module) {
+        (Some(file), Some(line), _) => format!("{}() at {file}:{line}", f.function),
+        (Some(file), None, _) => format!("{}() in {file}", f.function),
+        (None, _, Some(m)) => format!("{}() in {m}", f.function),
+        (None, _, None) => format!("{}()", f.function),
+    }
+}
+
+/// A frame on a line of its own (`--stacks`).
+fn long_frame(f: &Frame) -> String {
+    let kind = match f.kind {
+        FrameKind::Python => "py",
+        FrameKind::Native => "native",
+    };
+    let mut s = format!("{kind:<6} {}", f.function);
+    match (&f.file, f.line) {
+        (Some(file), Some(line)) => s.push_str(&format!("  {file}:{line}")),
+        (Some(file), None) => s.push_str(&format!("  {file}")),
+        _ => {}
+    }
+    if let Some(m) = &f.module {
+        if f.kind == FrameKind::Native {
+            s.push_str(&format!("  ({m})"));
+        }
+    }
+    s
+}
+
+/// The table, then each finding's stacks under its line (`--stacks`).
+pub fn render_with_stacks(findings: &[Finding]) -> String {
+    let table = render_table(findings);
+    let mut lines = table.lines();
+    let mut out = String::new();
+    if let Some(head) = lines.next() {
+        out.push_str(head);
+        out.push('\n');
+    }
+    for (f, line) in findings.iter().zip(lines) {
+        out.push_str(line);
+        out.push('\n');
+        if let Detail::FutexStall { tid, waker_tid, stack, waker_stack, stack_note, .. } = &f.detail {
+            let mut block = |title: String, frames: &[Frame]| {
+                if frames.is_empty() {
+                    return;
+                }
+                out.push_str(&format!("    {title}:\n"));
+                for fr in frames {
+                    out.push_str(&format!("      {}\n", long_frame(fr)));
+                }
+            };
+            block(format!("waiting thread (tid {tid})"), stack);
+            let waker = waker_tid.map_or_else(|| "waker".to_string(), |w| format!("waker (tid {w})"));
+            block(waker, waker_stack);
+            if let Some(note) = stack_note {
+                out.push_str(&format!("    stacks: {note}\n"));
+            }
+        }
+    }
+    out
 }
 
 /// `1.5 GiB`, `64 KiB`, `512 B`.
@@ -253,14 +337,45 @@ pub fn human_bytes(b: u64) -> String {
 /// What a finding says, in one line of prose.
 pub fn describe(d: &Detail) -> String {
     match d {
-        Detail::FutexStall { tid, thread, wait_seconds, op, uaddr, waker_tid, waker_thread, count } => {
+        Detail::FutexStall {
+            tid,
+            thread,
+            wait_seconds,
+            op,
+            uaddr,
+            waker_tid,
+            waker_thread,
+            count,
+            stack,
+            waker_stack,
+            stack_note,
+        } => {
             let woken = match (waker_thread, waker_tid) {
                 (Some(name), Some(t)) => format!(", woken by {name} (tid {t})"),
                 (None, Some(t)) => format!(", woken by tid {t}"),
                 _ => String::new(),
             };
             let plural = if *count == 1 { "" } else { "s" };
-            format!("thread {thread} (tid {tid}) waited {wait_seconds:.2} s in {op} on {uaddr}{woken}; {count} stall{plural}")
+            let mut s = format!(
+                "thread {thread} (tid {tid}) waited {wait_seconds:.2} s in {op} on {uaddr}{woken}; {count} stall{plural}"
+            );
+            let mut where_ = Vec::new();
+            if let Some(f) = meaningful_frame(stack) {
+                where_.push(format!("{} waits", short_frame(f)));
+            }
+            if let Some(f) = meaningful_frame(waker_stack) {
+                where_.push(format!("{} holds", short_frame(f)));
+            }
+            if !where_.is_empty() {
+                s.push_str(&format!("; {}", where_.join("; ")));
+            } else if let Some(note) = stack_note {
+                // Only the reason (the part before any detail).
+                let why = note.split(';').next().unwrap_or(note);
+                if !why.starts_with("captured") {
+                    s.push_str(&format!("; no stack: {why}"));
+                }
+            }
+            s
         }
         Detail::RepeatedOpen { path, file_class, count, bytes_read } => {
             format!(
@@ -295,7 +410,7 @@ pub fn render_table(findings: &[Finding]) -> String {
     if findings.is_empty() {
         return "no findings\n".to_string();
     }
-    let rows: Vec<[String; 5]> = findings
+    let rows: Vec<[String; 6]> = findings
         .iter()
         .map(|f| {
             // 2026-11-29T21:59:02.466Z -> 21:59:02
@@ -306,34 +421,38 @@ pub fn render_table(findings: &[Finding]) -> String {
                 let more = if (f.pids.len() as u64) < f.processes { ", ..." } else { "" };
                 what.push_str(&format!(" (in {} processes, pids {}{more})", f.processes, pids.join(", ")));
             }
-            [f.detail.kind().to_string(), f.pid.to_string(), f.comm.clone(), time, what]
+            // The host's processes have no workload: "-".
+            let workload = if f.workload.name.is_empty() { "-".to_string() } else { f.workload.name.clone() };
+            [f.detail.kind().to_string(), f.pid.to_string(), f.comm.clone(), workload, time, what]
         })
         .collect();
-    let head = ["KIND", "PID", "COMM", "LAST SEEN", "WHAT"];
+    let head = ["KIND", "PID", "COMM", "WORKLOAD", "LAST SEEN", "WHAT"];
     let mut width = head.map(str::len);
     for r in &rows {
-        for (w, c) in width.iter_mut().zip(r.iter()).take(4) {
+        for (w, c) in width.iter_mut().zip(r.iter()).take(5) {
             *w = (*w).max(c.len());
         }
     }
     let mut out = String::new();
-    let line = |cols: [&str; 5]| {
+    let line = |cols: [&str; 6]| {
         format!(
-            "{:<w0$}  {:>w1$}  {:<w2$}  {:<w3$}  {}\n",
+            "{:<w0$}  {:>w1$}  {:<w2$}  {:<w3$}  {:<w4$}  {}\n",
             cols[0],
             cols[1],
             cols[2],
             cols[3],
             cols[4],
+            cols[5],
             w0 = width[0],
             w1 = width[1],
             w2 = width[2],
-            w3 = width[3]
+            w3 = width[3],
+            w4 = width[4]
         )
     };
     out.push_str(&line(head));
     for r in &rows {
-        out.push_str(&line([&r[0], &r[1], &r[2], &r[3], &r[4]]));
+        out.push_str(&line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]]));
     }
     out
 }
@@ -341,9 +460,17 @@ pub fn render_table(findings: &[Finding]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::findings::WorkloadNames;
 
     fn finding(detail: Detail) -> Finding {
         Finding {
+            workload: WorkloadNames {
+                name: "inference.service".into(),
+                kind: "systemd".into(),
+                unit: "inference.service".into(),
+                ..Default::default()
+            },
+            cgroup: 0,
             detail,
             pid: 4083,
             comm: "python3".into(),
@@ -384,6 +511,9 @@ mod tests {
                 waker_tid: Some(4124),
                 waker_thread: Some("loader".into()),
                 count: 4,
+                stack: Vec::new(),
+                waker_stack: Vec::new(),
+                stack_note: None,
             }),
             finding(Detail::RepeatedOpen {
                 path: "/models/sonic/lip_decoder.pth".into(),
@@ -395,6 +525,8 @@ mod tests {
         ]);
         let lines: Vec<&str> = t.lines().collect();
         assert!(lines[0].starts_with("KIND"), "{t}");
+        assert!(lines[0].contains("  WORKLOAD  "), "{t}");
+        assert!(lines[1].contains("  inference.service  "), "{t}");
         assert!(lines[1].contains(
             "thread python3 (tid 4083) waited 3.21 s in FUTEX_WAIT_PRIVATE on 0x7f8a2c001234, woken by loader (tid 4124); 4 stalls"
         ), "{t}");
@@ -419,5 +551,76 @@ mod tests {
         );
         assert!(lines[1].contains(" 21:59:02 "), "{t}");
         assert_eq!(render_table(&[]), "no findings\n");
+    }
+
+    fn frame(
+        function: &str,
+        file: Option<&str>,
+        line: Option<u32>,
+        module: Option<&str>,
+        kind: FrameKind,
+    ) -> Frame {
+        Frame {
+            function: function.into(),
+            file: file.map(Into::into),
+            line,
+            module: module.map(Into::into),
+            kind,
+        }
+    }
+
+    #[test]
+    fn stalls_show_the_innermost_meaningful_frames() {
+        let (py, native) = (|| FrameKind::Python, || FrameKind::Native);
+        let stall = finding(Detail::FutexStall {
+            tid: 4083,
+            thread: "python3".into(),
+            wait_seconds: 1.5,
+            op: "FUTEX_WAIT_BITSET_PRIVATE".into(),
+            uaddr: "0x1".into(),
+            waker_tid: Some(4124),
+            waker_thread: Some("loader".into()),
+            count: 1,
+            stack: vec![
+                frame("infer", Some("/srv/app/server.py"), Some(88), None, py()),
+                frame("main", Some("/srv/app/server.py"), Some(120), None, py()),
+                frame(
+                    "__futex_abstimed_wait_common",
+                    None,
+                    None,
+                    Some("/usr/lib/x86_64-linux-gnu/libc.so.6"),
+                    native(),
+                ),
+            ],
+            waker_stack: vec![
+                frame("wait", Some("/usr/lib/python3.11/threading.py"), Some(320), None, py()),
+                frame("load_weights", Some("/srv/app/loader.py"), Some(41), None, py()),
+            ],
+            stack_note: Some("captured 0.3 s into the wait".into()),
+        });
+        let t = render_table(std::slice::from_ref(&stall));
+        assert!(t.contains("; infer() at server.py:88 waits; load_weights() at loader.py:41 holds"), "{t}");
+        let s = render_with_stacks(&[stall]);
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(lines[2], "    waiting thread (tid 4083):", "{s}");
+        assert!(lines[3].contains("py     infer  /srv/app/server.py:88"), "{s}");
+        assert!(lines[5].contains("__futex_abstimed_wait_common") && lines[5].contains("libc.so.6"), "{s}");
+        assert_eq!(lines[6], "    waker (tid 4124):", "{s}");
+        assert_eq!(lines.last().unwrap(), &"    stacks: captured 0.3 s into the wait", "{s}");
+        let mut limited = finding(Detail::FutexStall {
+            tid: 1,
+            thread: "python3".into(),
+            wait_seconds: 1.5,
+            op: "FUTEX_WAIT".into(),
+            uaddr: "0x1".into(),
+            waker_tid: None,
+            waker_thread: None,
+            count: 1,
+            stack: Vec::new(),
+            waker_stack: Vec::new(),
+            stack_note: Some("rate_limited: at most one stack capture per process every 10s".into()),
+        });
+        limited.pid = 1;
+        assert!(render_table(&[limited]).contains("; no stack: rate_limited: at most one"));
     }
 }

@@ -24,6 +24,8 @@ pub struct RunConfig {
     pub large_map_bytes: u64,
     pub small_read_bytes: u64,
     pub max_comms: usize,
+    /// Where workloads come from, and where their names are read.
+    pub workloads: crate::workloads::WorkloadSettings,
     pub ringbuf_bytes: u32,
     /// Syscall indices traced (probe_config.syscall_mask).
     pub syscalls: u32,
@@ -38,6 +40,10 @@ pub struct RunConfig {
     pub web: std::sync::Arc<crate::web_config::WebConfig>,
     /// How much of a path /findings shows.
     pub findings_paths: crate::findings::PathDisplay,
+    /// Stacks captured while stalls last (`--stack-captures`).
+    pub stack_captures: bool,
+    /// At most one capture per process per this long.
+    pub stack_capture_interval: Duration,
 }
 
 /// Largest ring buffer accepted (the kernel allows more; nobody needs it).
@@ -46,6 +52,8 @@ pub const MAX_RINGBUF_BYTES: u64 = 1 << 30;
 pub const MIN_RINGBUF_BYTES: u64 = 4096;
 /// Upper bound of --max-comms, to keep label cardinality sane.
 pub const MAX_COMM_LABELS: usize = 100_000;
+/// Upper bound of --max-workloads: a node runs tens of services, not thousands.
+pub const MAX_WORKLOAD_LABELS: usize = 4096;
 
 impl RunConfig {
     /// The configuration of `run`: its flags over its config file (if any).
@@ -70,6 +78,13 @@ impl RunConfig {
             large_map_bytes: given(a.large_map_threshold),
             small_read_bytes: given(a.small_read_threshold),
             max_comms: check_max_comms(given(a.max_comms))?,
+            workloads: crate::workloads::WorkloadSettings::new(
+                given(a.workload_from),
+                crate::procfs::cgroup2_mount(),
+                given(a.containers_log_dir.clone()),
+                check_max_workloads(given(a.max_workloads))?,
+            )
+            .map_err(Error::usage)?,
             ringbuf_bytes: check_ringbuf_size(given(a.ringbuf_size))?,
             syscalls: check_syscalls(given(a.syscalls))?,
             bpf_stats: a.bpf_stats,
@@ -83,7 +98,20 @@ impl RunConfig {
                 None => crate::web_config::WebConfig::none(),
             }),
             findings_paths: given(a.findings_paths),
+            stack_captures: given(a.stack_captures).is_on(),
+            stack_capture_interval: check_capture_interval(given(a.stack_capture_interval))?,
         })
+    }
+
+    /// What the stack capturer needs of the options.
+    pub fn capture_settings(&self) -> crate::capture::CaptureSettings {
+        crate::capture::CaptureSettings {
+            stall_threshold: self.findings.stall_threshold,
+            request_threads: self.findings.stall_threads.clone(),
+            ignore_threads: self.findings.stall_ignore_threads.clone(),
+            interval: self.stack_capture_interval,
+            window: self.findings.window,
+        }
     }
 
     /// The threshold the kernel sends slow calls at: low enough for every
@@ -146,12 +174,35 @@ fn findings_settings(a: &RunArgs) -> Result<Settings> {
             p
         },
         verbose: a.findings_verbose,
+        captures: None,
     })
+}
+
+/// Longest --stack-capture-interval: a day (longer is "never again").
+pub const MAX_CAPTURE_INTERVAL: Duration = Duration::from_secs(86_400);
+
+fn check_capture_interval(d: Duration) -> Result<Duration> {
+    if d < Duration::from_secs(1) || d > MAX_CAPTURE_INTERVAL {
+        return Err(Error::usage(format!(
+            "--stack-capture-interval {}: must be between 1s and 1day",
+            humantime::format_duration(d)
+        )));
+    }
+    Ok(d)
 }
 
 fn check_max_comms(n: usize) -> Result<usize> {
     if n == 0 || n > MAX_COMM_LABELS {
         return Err(Error::usage(format!("--max-comms {n}: must be between 1 and {MAX_COMM_LABELS}")));
+    }
+    Ok(n)
+}
+
+fn check_max_workloads(n: usize) -> Result<usize> {
+    if n == 0 || n > MAX_WORKLOAD_LABELS {
+        return Err(Error::usage(format!(
+            "--max-workloads {n}: must be between 1 and {MAX_WORKLOAD_LABELS}"
+        )));
     }
     Ok(n)
 }
@@ -267,6 +318,42 @@ mod tests {
         use clap::Parser;
         assert!(crate::cli::Cli::try_parse_from(["sonic-probe", "run", "--syscalls", ","]).is_err());
         assert!(check_syscalls(1 << 31).is_err());
+    }
+
+    #[test]
+    fn max_workloads_bounds() {
+        assert!(check_max_workloads(0).is_err());
+        assert!(check_max_workloads(1).is_ok());
+        assert!(check_max_workloads(MAX_WORKLOAD_LABELS).is_ok());
+        assert!(check_max_workloads(MAX_WORKLOAD_LABELS + 1).is_err());
+    }
+
+    #[test]
+    fn stack_capture_options() {
+        let c = RunConfig::from_args(&run_args(&[])).unwrap();
+        assert!(c.stack_captures);
+        assert_eq!(c.stack_capture_interval, Duration::from_secs(10));
+        let c =
+            RunConfig::from_args(&run_args(&["--stack-captures", "off", "--stack-capture-interval", "1m"]))
+                .unwrap();
+        assert!(!c.stack_captures);
+        assert_eq!(c.stack_capture_interval, Duration::from_secs(60));
+        for bad in ["0s", "500ms", "2days"] {
+            let r = RunConfig::from_args(&run_args(&["--stack-capture-interval", bad]));
+            assert!(matches!(r, Err(Error::Usage(_))), "{bad}");
+        }
+        use clap::Parser;
+        assert!(crate::cli::Cli::try_parse_from(["sonic-probe", "run", "--stack-captures", "maybe"]).is_err());
+        for (text, on) in [("\"off\"", false), ("false", false), ("\"on\"", true), ("true", true)] {
+            let file = crate::config_file::parse(
+                &format!("stack_captures = {text}\n"),
+                std::path::Path::new("x.toml"),
+            )
+            .unwrap();
+            assert_eq!(RunConfig::from_args(&file).unwrap().stack_captures, on, "{text}");
+        }
+        assert!(crate::config_file::parse("stack_captures = \"maybe\"\n", std::path::Path::new("x.toml"))
+            .is_err());
     }
 
     #[test]

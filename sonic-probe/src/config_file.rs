@@ -97,10 +97,15 @@ mod tests {
             small_read_threshold = 2048
             syscalls = "default,write"
             max_comms = 100
+            workload_from = "cgroup"
+            containers_log_dir = "/host/var/log/containers"
+            max_workloads = 64
             ringbuf_size = "8MiB"
             stall_threshold = "2s"
             stall_thread = ["pt_main*"]
             stall_ignore_thread = ["pin_memory"]
+            stack_captures = "off"
+            stack_capture_interval = "30s"
             repeated_open_count = 4
             repeated_open_window = "2m"
             small_read_min_count = 16
@@ -129,6 +134,9 @@ mod tests {
         assert_eq!(o.findings_window, Some(Duration::from_secs(3600)));
         assert!(o.bpf_stats);
         assert_eq!(o.findings_paths, Some(crate::findings::PathDisplay::Name));
+        assert_eq!(o.workload_from, Some(crate::workloads::WorkloadFrom::Cgroup));
+        assert_eq!(o.containers_log_dir.as_deref(), Some(Path::new("/host/var/log/containers")));
+        assert_eq!(o.max_workloads, Some(64));
         // Every key is exercised above.
         for k in crate::options::keys() {
             assert!(text.contains(&format!("{k} =")), "{k} not exercised");

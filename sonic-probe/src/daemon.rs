@@ -27,6 +27,7 @@ use tokio::{
 use tracing::{debug, info, warn};
 
 use crate::{
+    capture::{CaptureStore, Capturer},
     config::RunConfig,
     error::Result,
     events::{self, reader::ReaderStats, Event, ProcessKind},
@@ -38,6 +39,7 @@ use crate::{
     probe::{Probe, TargetMaps},
     signals::ShutdownSignals,
     stats::StatsStore,
+    workloads::Workloads,
 };
 
 /// Events waiting between the ring buffer reader and their consumer.
@@ -74,8 +76,10 @@ fn status(text: &str) {
 /// with kernel.unprivileged_bpf_disabled set) check CAP_BPF on every bpf()
 /// call, even on our own maps: asked with the effective set cleared for a
 /// moment, such a kernel refuses to read a map, and CAP_BPF alone is kept
-/// (or SIGHUP reloads and scrapes would fail).
-fn drop_capabilities(probe: &Probe) {
+/// (or SIGHUP reloads and scrapes would fail). With stack captures on,
+/// CAP_SYS_PTRACE is kept too: reading a stalled process's memory
+/// (process_vm_readv, /proc/PID/mem) needs it.
+fn drop_capabilities(probe: &Probe, stack_captures: bool) {
     use caps::{CapSet, Capability};
     let keep_bpf = match caps::read(None, CapSet::Permitted) {
         Ok(permitted) => {
@@ -89,7 +93,18 @@ fn drop_capabilities(probe: &Probe) {
     // The bounding set needs CAP_SETPCAP, which the service does not have;
     // empty permitted sets with no_new_privs are what matters.
     let _ = caps::clear(None, CapSet::Bounding);
-    let keep = if keep_bpf { 1u64 << Capability::CAP_BPF.index() } else { 0 };
+    let keep_ptrace = stack_captures
+        && caps::read(None, CapSet::Permitted).is_ok_and(|p| p.contains(&Capability::CAP_SYS_PTRACE));
+    if stack_captures && !keep_ptrace {
+        warn!(
+            "--stack-captures on without CAP_SYS_PTRACE: the stacks of stalled processes can't be read \
+             (sonic_probe_stack_captures_total{{result=\"unreadable\"}})"
+        );
+    }
+    let mut keep = if keep_bpf { 1u64 << Capability::CAP_BPF.index() } else { 0 };
+    if keep_ptrace {
+        keep |= 1u64 << Capability::CAP_SYS_PTRACE.index();
+    }
     // In every thread: the runtime's workers exist already.
     match crate::capabilities::drop_in_every_thread(keep) {
         Ok(n) => debug!("capabilities dropped in all {n} threads"),
@@ -98,13 +113,19 @@ fn drop_capabilities(probe: &Probe) {
             return;
         }
     }
-    if keep_bpf {
-        info!(
+    match (keep_bpf, keep_ptrace) {
+        (true, true) => info!(
+            "dropped every capability but CAP_BPF and CAP_SYS_PTRACE: this kernel checks CAP_BPF on every \
+             bpf() call, also on maps already open; stack captures read stalled processes' memory"
+        ),
+        (true, false) => info!(
             "dropped every capability but CAP_BPF: this kernel checks it on every bpf() call, also on \
              maps already open"
-        );
-    } else {
-        info!("dropped all capabilities");
+        ),
+        (false, true) => info!(
+            "dropped every capability but CAP_SYS_PTRACE: stack captures read stalled processes' memory"
+        ),
+        (false, false) => info!("dropped all capabilities"),
     }
 }
 
@@ -149,6 +170,12 @@ pub fn probe_config(config: &RunConfig) -> ProbeConfig {
         small_size: config.small_read_bytes,
         wakeup_bytes: u64::from(config.ringbuf_bytes / 4),
         syscall_mask: config.syscalls,
+        workload_cgroups: u32::from(config.workloads.enabled()),
+        inflight_waits: match (config.stack_captures, config.findings.stall_threads.is_empty()) {
+            (false, _) => 0,
+            (true, true) => sonic_probe_common::INFLIGHT_MAIN_THREADS,
+            (true, false) => sonic_probe_common::INFLIGHT_ALL_THREADS,
+        },
         ..crate::probe::base_config()
     }
 }
@@ -179,6 +206,7 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     let aggregates = probe.take_aggregates()?;
     let open_files = probe.take_open_files()?;
     let ring = probe.take_events()?;
+    let futex_waiting = probe.take_futex_waiting()?;
     if config.bpf_stats {
         probe.enable_run_time_stats()?;
     }
@@ -187,20 +215,33 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     probe.attach(ProgramGroup::Lifecycle)?;
     let comm_matches = targets.scan_comms(&config.targets.comms)?;
     probe.attach(ProgramGroup::Syscalls)?;
-    drop_capabilities(&probe);
+    drop_capabilities(&probe, config.stack_captures);
+    // Loading parsed the kernel's BTF (megabytes, freed since).
+    crate::capture::give_back_memory();
 
     let reader_stats = Arc::new(ReaderStats::default());
     let (tx, rx) = mpsc::channel(EVENT_QUEUE);
     let reader = tokio::spawn(events::reader::run(ring, tx, reader_stats.clone()));
     let pid_targets: Vec<u32> = config.targets.pids.iter().map(|p| p.tgid).collect();
-    let findings = FindingsService::new(&config.findings, open_files);
+    let workloads = Arc::new(Mutex::new(Workloads::from_settings(&config.workloads)));
+    // Stack captures: a thread of its own (it reads other processes'
+    // memory, which may take a while), never the event loop.
+    let capture_settings = Arc::new(Mutex::new(config.capture_settings()));
+    let captures = config.stack_captures.then(CaptureStore::new);
+    if let Some(store) = &captures {
+        Capturer::new(futex_waiting, store.clone(), capture_settings.clone())
+            .spawn()
+            .context("cannot start the stack capture thread")?;
+    }
+    let settings = crate::findings::Settings { captures: captures.clone(), ..config.findings.clone() };
+    let findings = FindingsService::new(&settings, open_files, workloads.clone());
     let consumer = tokio::spawn(consume(rx, pid_targets, findings.clone()));
 
     let attached = probe.attached().join(", ");
     let n_attached = probe.attached().len();
     let probe = Arc::new(Mutex::new(probe));
     let labels = Arc::new(Mutex::new(CommLabels::new(config.max_comms)));
-    let store = Arc::new(Mutex::new(StatsStore::new(aggregates, labels.clone())));
+    let store = Arc::new(Mutex::new(StatsStore::new(aggregates, labels.clone(), workloads.clone())));
     let targets = Arc::new(Mutex::new(targets));
     let collector = ProbeCollector::new(
         probe.clone(),
@@ -208,12 +249,16 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
         targets.clone(),
         reader_stats.clone(),
         labels.clone(),
+        workloads.clone(),
         findings.clone(),
         config.targets.is_whole_host(),
     );
     registry.register(Box::new(collector)).context("cannot register the metrics")?;
     registry
-        .register(Box::new(FindingsCollector::new(findings.clone(), labels.clone(), config.max_comms)))
+        .register(Box::new(
+            FindingsCollector::new(findings.clone(), labels.clone(), workloads.clone(), config.max_comms)
+                .with_captures(captures.clone()),
+        ))
         .context("cannot register the findings metrics")?;
     http_state.set_findings(findings.clone());
     registry
@@ -247,6 +292,8 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
         targets: targets.clone(),
         findings: findings.clone(),
         http: http_state.clone(),
+        captures: captures.clone(),
+        capture_settings,
     };
     let why = loop {
         tokio::select! {
@@ -271,6 +318,9 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     for task in [server, sweeper, consumer] {
         task.abort();
     }
+    if let Some(store) = &captures {
+        store.stop();
+    }
     reader.abort();
     drop(registry);
     drop(http_state);
@@ -293,6 +343,8 @@ struct Reloader {
     targets: Arc<Mutex<TargetMaps>>,
     findings: FindingsService,
     http: Arc<HttpState>,
+    captures: Option<CaptureStore>,
+    capture_settings: Arc<Mutex<crate::capture::CaptureSettings>>,
 }
 
 impl Reloader {
@@ -303,23 +355,31 @@ impl Reloader {
             ("listen", new.listen != old.listen),
             ("ringbuf_size", new.ringbuf_bytes != old.ringbuf_bytes),
             ("max_comms", new.max_comms != old.max_comms),
+            ("workload_from, containers_log_dir, max_workloads", new.workloads != old.workloads),
             ("bpf_stats", new.bpf_stats != old.bpf_stats),
             ("btf", new.btf != old.btf),
             ("log_level", new.log_level != old.log_level),
+            // Capabilities dropped at start can't be had back.
+            ("stack_captures", new.stack_captures != old.stack_captures),
         ] {
             if changed {
                 warn!("SIGHUP: {what} changes only at a restart; keeping the running value");
             }
         }
+        // The programs keep entering waits in futex_waiting as they did.
+        let new = RunConfig { stack_captures: old.stack_captures, ..new };
         self.targets.lock().expect("targets lock").reload(&old.targets, &new.targets)?;
         self.probe.lock().expect("probe lock").set_config(&probe_config(&new))?;
-        self.findings.reconfigure(&new.findings);
+        let settings = crate::findings::Settings { captures: self.captures.clone(), ..new.findings.clone() };
+        self.findings.reconfigure(&settings);
+        *self.capture_settings.lock().expect("capture settings lock") = new.capture_settings();
         self.http.set_web_config(new.web.clone());
         self.http.set_path_display(new.findings_paths);
         let kept = RunConfig {
             listen: old.listen,
             ringbuf_bytes: old.ringbuf_bytes,
             max_comms: old.max_comms,
+            workloads: old.workloads.clone(),
             bpf_stats: old.bpf_stats,
             btf: old.btf.clone(),
             log_level: old.log_level.clone(),

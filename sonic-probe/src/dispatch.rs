@@ -36,7 +36,7 @@ pub fn main() -> ExitCode {
                 user: args.user,
                 password_file: args.password_file,
             };
-            crate::client::run(&args.url, &options, args.json).map(|()| ExitCode::SUCCESS)
+            crate::client::run(&args.url, &options, args.json, args.stacks).map(|()| ExitCode::SUCCESS)
         }
     };
     match result {

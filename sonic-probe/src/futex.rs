@@ -26,6 +26,23 @@ const COMMANDS: &[&str] = &[
 /// Commands that block until woken (or a timeout): the waits.
 pub const WAIT_COMMANDS: &[u64] = &[0, 6, 9, 11, 13];
 
+/// Whether a thread is a request thread, whose long waits are stalls (the
+/// futex_stall rule, also what stack captures look for while a wait
+/// lasts): the process's main thread, or one whose name matches a
+/// `request` pattern; never one whose name matches an `ignore` pattern.
+pub fn is_request_thread(
+    tgid: u32,
+    tid: u32,
+    name: &str,
+    request: &[glob::Pattern],
+    ignore: &[glob::Pattern],
+) -> bool {
+    if ignore.iter().any(|p| p.matches(name)) {
+        return false;
+    }
+    tid == tgid || request.iter().any(|p| p.matches(name))
+}
+
 /// The operation as strace writes it, e.g. `FUTEX_WAIT_BITSET_PRIVATE|FUTEX_CLOCK_REALTIME`.
 pub fn op_name(op: u64) -> String {
     let cmd = op & CMD_MASK;

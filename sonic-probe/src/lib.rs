@@ -9,6 +9,7 @@
 //! arrive through [`events`].
 
 pub mod capabilities;
+pub mod capture;
 pub mod cli;
 pub mod client;
 pub mod config;
@@ -29,8 +30,10 @@ pub mod privileges;
 pub mod probe;
 pub mod procfs;
 pub mod signals;
+pub mod stacks;
 pub mod stats;
 pub mod targets;
 pub mod trace;
 pub mod units;
 pub mod web_config;
+pub mod workloads;

@@ -20,9 +20,9 @@ use prometheus::{
 use sonic_probe_common::{
     device_class_name, file_class_name, latency_bucket_upper_ns, size_bucket_upper,
     syscalls::{Family, Syscall, SyscallId, Variant, SYSCALLS},
-    SharedStruct, SyscallStats, COUNTER_DROP_ERRORS, COUNTER_DROP_OPEN_FILES, COUNTER_DROP_RINGBUF,
-    COUNTER_DROP_STATS, COUNTER_DROP_TARGET, COUNTER_DROP_THREAD_STATE, COUNTER_ERRORS_OVERFLOW,
-    COUNTER_EVENTS_SENT, COUNTER_STATS_OVERFLOW,
+    SharedStruct, SyscallStats, COUNTER_DROP_ERRORS, COUNTER_DROP_INFLIGHT_WAITS, COUNTER_DROP_OPEN_FILES,
+    COUNTER_DROP_RINGBUF, COUNTER_DROP_STATS, COUNTER_DROP_TARGET, COUNTER_DROP_THREAD_STATE,
+    COUNTER_ERRORS_OVERFLOW, COUNTER_EVENTS_SENT, COUNTER_STATS_OVERFLOW,
 };
 
 use crate::{
@@ -32,7 +32,8 @@ use crate::{
     futex,
     labels::CommLabels,
     probe::{Probe, TargetMaps},
-    stats::{add_stats, call_count, StatsStore},
+    stats::{add_stats, call_count, StatsStore, Who},
+    workloads::Workloads,
 };
 
 /// One exported metric family.
@@ -106,16 +107,24 @@ fn variant_value(s: &Syscall, v: u16) -> Option<&'static str> {
 /// Families that are not named in the syscall table.
 #[rustfmt::skip]
 const FIXED: &[(&str, MetricType, &[&str], &str)] = &[
-    ("sonic_probe_futex_stalls_total", COUNTER, &["comm", "thread"],
+    ("sonic_probe_futex_stalls_total", COUNTER, &["comm", "workload", "thread"],
         "Futex waits of request threads that lasted at least --stall-threshold (the futex_stall rule)."),
-    ("sonic_probe_futex_stall_max_seconds", GAUGE, &["comm"],
+    ("sonic_probe_futex_stall_max_seconds", GAUGE, &["comm", "workload"],
         "Longest futex stall among the current findings (within --findings-window)."),
-    ("sonic_probe_repeated_opens_total", COUNTER, &["comm", "file_class"],
+    ("sonic_probe_repeated_opens_total", COUNTER, &["comm", "workload", "file_class"],
         "Opens of paths that are being reopened repeatedly (the repeated_open rule)."),
-    ("sonic_probe_mmap_churn_total", COUNTER, &["comm"],
+    ("sonic_probe_mmap_churn_total", COUNTER, &["comm", "workload"],
         "Large map/unmap cycles counted in mmap_churn findings."),
-    ("sonic_probe_recurring_errors_total", COUNTER, &["comm", "syscall", "errno"],
+    ("sonic_probe_recurring_errors_total", COUNTER, &["comm", "workload", "syscall", "errno"],
         "Failed calls counted in syscall_errors findings: failures that recur within their process."),
+    ("sonic_probe_stack_captures_total", COUNTER, &["result"],
+        "Stack captures of stalled processes (--stack-captures), by result: ok, partial (the Python or the \
+         native stack could not be read), no_python (not a Python process: native stack only), gone (the \
+         process exited first), unreadable (its memory could not be read), rate_limited (a stall within \
+         --stack-capture-interval of the process's last capture), error."),
+    ("sonic_probe_stack_capture_seconds_total", COUNTER, &[],
+        "Time the daemon spent reading stacks of stalled processes (off the event loop); divided by the \
+         captures that were not rate_limited, the time one capture takes."),
     ("sonic_probe_findings", GAUGE, &["kind"],
         "Current findings (GET /findings) by kind."),
     ("sonic_probe_findings_evictions_total", COUNTER, &["kind", "state"],
@@ -129,11 +138,12 @@ const FIXED: &[(&str, MetricType, &[&str], &str)] = &[
         "Events or calls lost, by stage: ringbuf (ring buffer full), thread_state (no \
          per-thread state, call not measured), stats_map / errors_map (aggregation map full, \
          no overflow entry), target_map (forked child not followed), open_files (descriptor \
-         not tracked), user_queue (daemon queue full)."),
+         not tracked), futex_waiting (futex wait not tracked while in progress: no stack capture for \
+         it), user_queue (daemon queue full)."),
     ("sonic_probe_event_decode_errors_total", COUNTER, &[],
         "Ring buffer records the daemon could not decode."),
     ("sonic_probe_aggregation_overflow_total", COUNTER, &["map"],
-        "Calls or errors counted in the comm=\"other\" overflow entry because the kernel map was full."),
+        "Calls or errors counted in the comm=\"other\" workload=\"other\" overflow entry because the kernel map was full."),
     ("sonic_probe_build_info", GAUGE, &["version", "kernel"],
         "Always 1; labels tell the sonic-probe version and the running kernel."),
     ("sonic_probe_bpf_programs_attached", GAUGE, &[],
@@ -154,6 +164,13 @@ const FIXED: &[(&str, MetricType, &[&str], &str)] = &[
         "Entries in the kernel maps that grow with the watched processes."),
     ("sonic_probe_comm_labels", GAUGE, &[],
         "Distinct process names exported with their own comm label (see --max-comms)."),
+    ("sonic_probe_workload_info", GAUGE, &["workload", "kind", "unit", "namespace", "pod", "container", "container_id"],
+        "Always 1, one series per workload label value in use: what it stands for (kind: host, systemd, \
+         kubernetes, docker, cgroup, unresolved). Join on workload."),
+    ("sonic_probe_workload_labels", GAUGE, &[],
+        "Distinct workloads exported with their own workload label (see --max-workloads)."),
+    ("sonic_probe_workload_resolutions_total", COUNTER, &["result"],
+        "cgroups named into workloads: result=\"named\" (from their path), \"unresolved\" (gone before they were named)."),
 ];
 
 /// Every metric family sonic-probe exports (besides the process_* ones of
@@ -166,13 +183,13 @@ pub fn metric_defs() -> &'static [MetricDef] {
             MetricDef {
                 name: SYSCALL_DURATION,
                 kind: HISTOGRAM,
-                labels: vec!["syscall", "comm"],
+                labels: vec!["syscall", "comm", "workload"],
                 help: "Duration of traced system calls, from entry to exit. _count is the exact number of calls.",
             },
             MetricDef {
                 name: SYSCALL_ERRORS,
                 kind: COUNTER,
-                labels: vec!["syscall", "comm", "errno"],
+                labels: vec!["syscall", "comm", "workload", "errno"],
                 help: "Traced system calls that returned an error, by errno name.",
             },
         ];
@@ -181,7 +198,7 @@ pub fn metric_defs() -> &'static [MetricDef] {
                 if defs.iter().any(|d| d.name == f.name) {
                     continue;
                 }
-                let mut labels = vec!["comm"];
+                let mut labels = vec!["comm", "workload"];
                 labels.extend(by_variant(u, s));
                 defs.push(MetricDef { name: f.name, kind: u.kind(), labels, help: f.help });
             }
@@ -220,6 +237,8 @@ const DETECTOR_METRICS: &[&str] = &[
     "sonic_probe_recurring_errors_total",
     "sonic_probe_findings",
     "sonic_probe_findings_evictions_total",
+    "sonic_probe_stack_captures_total",
+    "sonic_probe_stack_capture_seconds_total",
 ];
 
 fn family(name: &str, kind: MetricType, metrics: Vec<Metric>) -> MetricFamily {
@@ -315,6 +334,7 @@ const DROP_STAGES: &[(u32, &str)] = &[
     (COUNTER_DROP_ERRORS, "errors_map"),
     (COUNTER_DROP_TARGET, "target_map"),
     (COUNTER_DROP_OPEN_FILES, "open_files"),
+    (COUNTER_DROP_INFLIGHT_WAITS, "futex_waiting"),
 ];
 
 /// Exports the kernel's counts and the probe's own health.
@@ -324,6 +344,7 @@ pub struct ProbeCollector {
     pub targets: Arc<Mutex<TargetMaps>>,
     pub reader: Arc<ReaderStats>,
     pub labels: Arc<Mutex<CommLabels>>,
+    pub workloads: Arc<Mutex<Workloads>>,
     pub findings: FindingsService,
     pub whole_host: bool,
     kernel: String,
@@ -338,6 +359,7 @@ impl ProbeCollector {
         targets: Arc<Mutex<TargetMaps>>,
         reader: Arc<ReaderStats>,
         labels: Arc<Mutex<CommLabels>>,
+        workloads: Arc<Mutex<Workloads>>,
         findings: FindingsService,
         whole_host: bool,
     ) -> Self {
@@ -345,19 +367,30 @@ impl ProbeCollector {
             .map(|u| u.release().to_string_lossy().into_owned())
             .unwrap_or_default();
         let descs = descs_of(|n| !DETECTOR_METRICS.contains(&n));
-        ProbeCollector { probe, store, targets, reader, labels, findings, whole_host, kernel, descs }
+        ProbeCollector {
+            probe,
+            store,
+            targets,
+            reader,
+            labels,
+            workloads,
+            findings,
+            whole_host,
+            kernel,
+            descs,
+        }
     }
 
     /// The system-call families, from one snapshot of the aggregation maps:
     /// the duration and error families of every call, and the families its
     /// row of the syscall table names.
     fn syscall_families(&self, out: &mut Vec<MetricFamily>, snap: &crate::stats::Snapshot) {
-        let mut per_syscall: BTreeMap<(SyscallId, &str), SyscallStats> = BTreeMap::new();
-        // (family, comm, variant label value) -> what it adds up.
-        type Group<'a> = (&'static str, &'a str, Option<&'static str>);
-        let mut grouped: BTreeMap<Group, (Use, SyscallStats)> = BTreeMap::new();
-        for ((k, comm), v) in &snap.calls {
-            add_stats(per_syscall.entry((k.syscall, comm)).or_insert_with(SyscallStats::zeroed), v);
+        let mut per_syscall: BTreeMap<(SyscallId, &Who), SyscallStats> = BTreeMap::new();
+        // family -> (who, variant label value) -> what it adds up.
+        type Group<'a> = (&'a Who, Option<&'static str>);
+        let mut grouped: BTreeMap<&'static str, BTreeMap<Group, (Use, SyscallStats)>> = BTreeMap::new();
+        for ((k, who), v) in &snap.calls {
+            add_stats(per_syscall.entry((k.syscall, who)).or_insert_with(SyscallStats::zeroed), v);
             let row = k.syscall.row();
             for (u, f) in row_families(row) {
                 let value = match by_variant(u, row) {
@@ -367,7 +400,11 @@ impl ProbeCollector {
                         None => continue,
                     },
                 };
-                let e = grouped.entry((f.name, comm, value)).or_insert_with(|| (u, SyscallStats::zeroed()));
+                let e = grouped
+                    .entry(f.name)
+                    .or_default()
+                    .entry((who, value))
+                    .or_insert_with(|| (u, SyscallStats::zeroed()));
                 add_stats(&mut e.1, v);
             }
         }
@@ -375,7 +412,10 @@ impl ProbeCollector {
         let durations = per_syscall
             .iter()
             .filter(|(_, s)| call_count(s) > 0)
-            .map(|((sc, comm), s)| latency_histogram(&[("syscall", sc.row().name), ("comm", comm)], s))
+            .map(|((sc, who), s)| {
+                let [c, w] = who.pairs();
+                latency_histogram(&[("syscall", sc.row().name), c, w], s)
+            })
             .collect();
         out.push(family(SYSCALL_DURATION, HISTOGRAM, durations));
         let named: Vec<&MetricDef> = metric_defs()
@@ -384,10 +424,8 @@ impl ProbeCollector {
             .collect();
         for def in named {
             let mut metrics = Vec::new();
-            for ((_, comm, value), (u, s)) in
-                grouped.range((def.name, "", None)..).take_while(|((n, _, _), _)| *n == def.name)
-            {
-                let values = std::iter::once(*comm).chain(*value);
+            for ((who, value), (u, s)) in grouped.get(def.name).into_iter().flatten() {
+                let values = [&*who.comm, &*who.workload].into_iter().chain(*value);
                 let pairs: Vec<(&str, &str)> = def.labels.iter().copied().zip(values).collect();
                 let calls = call_count(s);
                 match u {
@@ -408,9 +446,10 @@ impl ProbeCollector {
             .errors
             .iter()
             .filter(|(_, &n)| n > 0)
-            .map(|((sc, comm, e), &n)| {
+            .map(|((sc, who, e), &n)| {
                 let errno = if *e == 0 { "unknown".to_string() } else { errno::name(*e) };
-                counter(&[("syscall", sc.row().name), ("comm", comm), ("errno", &errno)], n as f64)
+                let [c, w] = who.pairs();
+                counter(&[("syscall", sc.row().name), c, w, ("errno", &errno)], n as f64)
             })
             .collect();
         out.push(family(SYSCALL_ERRORS, COUNTER, errors));
@@ -528,6 +567,36 @@ impl Collector for ProbeCollector {
         ));
         let assigned = self.labels.lock().expect("labels lock").assigned();
         out.push(family("sonic_probe_comm_labels", GAUGE, vec![gauge(&[], assigned as f64)]));
+        let workloads = self.workloads.lock().expect("workloads lock");
+        out.push(family(
+            "sonic_probe_workload_info",
+            GAUGE,
+            workloads
+                .info()
+                .map(|(label, w)| {
+                    let pairs = [
+                        ("workload", label),
+                        ("kind", w.kind.as_str()),
+                        ("unit", w.unit.as_str()),
+                        ("namespace", w.namespace.as_str()),
+                        ("pod", w.pod.as_str()),
+                        ("container", w.container.as_str()),
+                        ("container_id", w.container_id.as_str()),
+                    ];
+                    gauge(&pairs, 1.0)
+                })
+                .collect(),
+        ));
+        out.push(family("sonic_probe_workload_labels", GAUGE, vec![gauge(&[], workloads.assigned() as f64)]));
+        let (named, unresolved) = workloads.resolutions();
+        out.push(family(
+            "sonic_probe_workload_resolutions_total",
+            COUNTER,
+            vec![
+                counter(&[("result", "named")], named as f64),
+                counter(&[("result", "unresolved")], unresolved as f64),
+            ],
+        ));
         out
     }
 }
@@ -536,17 +605,33 @@ impl Collector for ProbeCollector {
 pub struct FindingsCollector {
     findings: FindingsService,
     labels: Arc<Mutex<CommLabels>>,
+    workloads: Arc<Mutex<Workloads>>,
     thread_labels: Mutex<CommLabels>,
     descs: Vec<Desc>,
+    /// Where the stack captures count their results (None: captures off).
+    captures: Option<crate::capture::CaptureStore>,
 }
 
 impl FindingsCollector {
-    pub fn new(findings: FindingsService, labels: Arc<Mutex<CommLabels>>, max_threads: usize) -> Self {
+    /// Also exports the stack captures' results.
+    pub fn with_captures(mut self, captures: Option<crate::capture::CaptureStore>) -> Self {
+        self.captures = captures;
+        self
+    }
+
+    pub fn new(
+        findings: FindingsService,
+        labels: Arc<Mutex<CommLabels>>,
+        workloads: Arc<Mutex<Workloads>>,
+        max_threads: usize,
+    ) -> Self {
         FindingsCollector {
             findings,
             labels,
+            workloads,
             thread_labels: Mutex::new(CommLabels::new(max_threads)),
             descs: descs_of(|n| DETECTOR_METRICS.contains(&n)),
+            captures: None,
         }
     }
 }
@@ -563,30 +648,32 @@ impl Collector for FindingsCollector {
     fn collect(&self) -> Vec<MetricFamily> {
         let (findings, m) = self.findings.current();
         let mut labels = self.labels.lock().expect("labels lock");
+        let mut workloads = self.workloads.lock().expect("workloads lock");
         let mut threads = self.thread_labels.lock().expect("thread labels lock");
-        // Fold raw names into bounded label values, adding up what folds together.
-        let mut stalls: BTreeMap<(String, String), u64> = BTreeMap::new();
-        for ((comm, thread), n) in &m.futex_stalls {
-            *stalls
-                .entry((labels.label(comm).to_string(), threads.label(thread).to_string()))
-                .or_default() += n;
+        // Fold raw names and cgroups into bounded label values, adding up
+        // what folds together.
+        let mut who =
+            |comm: &str, cgroup: u64| Who { comm: labels.label(comm), workload: workloads.label(cgroup) };
+        let mut stalls: BTreeMap<(Who, String), u64> = BTreeMap::new();
+        for ((comm, cgroup, thread), n) in &m.futex_stalls {
+            *stalls.entry((who(comm, *cgroup), threads.label(thread).to_string())).or_default() += n;
         }
-        let mut max: BTreeMap<String, f64> = BTreeMap::new();
-        for (comm, s) in &m.stall_max_seconds {
-            let e = max.entry(labels.label(comm).to_string()).or_default();
+        let mut max: BTreeMap<Who, f64> = BTreeMap::new();
+        for ((comm, cgroup), s) in &m.stall_max_seconds {
+            let e = max.entry(who(comm, *cgroup)).or_default();
             *e = e.max(*s);
         }
-        let mut opens: BTreeMap<(String, String), u64> = BTreeMap::new();
-        for ((comm, class), n) in &m.repeated_opens {
-            *opens.entry((labels.label(comm).to_string(), class.clone())).or_default() += n;
+        let mut opens: BTreeMap<(Who, String), u64> = BTreeMap::new();
+        for ((comm, cgroup, class), n) in &m.repeated_opens {
+            *opens.entry((who(comm, *cgroup), class.clone())).or_default() += n;
         }
-        let mut churn: BTreeMap<String, u64> = BTreeMap::new();
-        for (comm, n) in &m.mmap_churn {
-            *churn.entry(labels.label(comm).to_string()).or_default() += n;
+        let mut churn: BTreeMap<Who, u64> = BTreeMap::new();
+        for ((comm, cgroup), n) in &m.mmap_churn {
+            *churn.entry(who(comm, *cgroup)).or_default() += n;
         }
-        let mut errors: BTreeMap<(String, String, String), u64> = BTreeMap::new();
-        for ((comm, syscall, errno), n) in &m.recurring_errors {
-            *errors.entry((labels.label(comm).to_string(), syscall.clone(), errno.clone())).or_default() += n;
+        let mut errors: BTreeMap<(Who, String, String), u64> = BTreeMap::new();
+        for ((comm, cgroup, syscall, errno), n) in &m.recurring_errors {
+            *errors.entry((who(comm, *cgroup), syscall.clone(), errno.clone())).or_default() += n;
         }
         // Every kind and state, 0 until something is evicted.
         let evictions: Vec<Metric> = FINDING_KINDS
@@ -601,35 +688,63 @@ impl Collector for FindingsCollector {
             family(
                 "sonic_probe_futex_stalls_total",
                 COUNTER,
-                stalls.iter().map(|((c, t), n)| counter(&[("comm", c), ("thread", t)], *n as f64)).collect(),
+                stalls
+                    .iter()
+                    .map(|((w, t), n)| {
+                        let [c, wl] = w.pairs();
+                        counter(&[c, wl, ("thread", t)], *n as f64)
+                    })
+                    .collect(),
             ),
             family(
                 "sonic_probe_futex_stall_max_seconds",
                 GAUGE,
-                max.iter().map(|(c, s)| gauge(&[("comm", c)], *s)).collect(),
+                max.iter().map(|(w, s)| gauge(&w.pairs(), *s)).collect(),
             ),
             family(
                 "sonic_probe_repeated_opens_total",
                 COUNTER,
                 opens
                     .iter()
-                    .map(|((c, k), n)| counter(&[("comm", c), ("file_class", k)], *n as f64))
+                    .map(|((w, k), n)| {
+                        let [c, wl] = w.pairs();
+                        counter(&[c, wl, ("file_class", k)], *n as f64)
+                    })
                     .collect(),
             ),
             family(
                 "sonic_probe_mmap_churn_total",
                 COUNTER,
-                churn.iter().map(|(c, n)| counter(&[("comm", c)], *n as f64)).collect(),
+                churn.iter().map(|(w, n)| counter(&w.pairs(), *n as f64)).collect(),
             ),
             family(
                 "sonic_probe_recurring_errors_total",
                 COUNTER,
                 errors
                     .iter()
-                    .map(|((c, s, e), n)| counter(&[("comm", c), ("syscall", s), ("errno", e)], *n as f64))
+                    .map(|((w, s, e), n)| {
+                        let [c, wl] = w.pairs();
+                        counter(&[c, wl, ("syscall", s), ("errno", e)], *n as f64)
+                    })
                     .collect(),
             ),
             family("sonic_probe_findings_evictions_total", COUNTER, evictions),
+            family(
+                "sonic_probe_stack_captures_total",
+                COUNTER,
+                match &self.captures {
+                    Some(c) => c.results(),
+                    None => crate::capture::RESULTS.iter().map(|r| (*r, 0)).collect(),
+                }
+                .into_iter()
+                .map(|(r, n)| counter(&[("result", r)], n as f64))
+                .collect(),
+            ),
+            family(
+                "sonic_probe_stack_capture_seconds_total",
+                COUNTER,
+                vec![counter(&[], self.captures.as_ref().map_or(0.0, |c| c.time_spent().as_secs_f64()))],
+            ),
             family(
                 "sonic_probe_findings",
                 GAUGE,
@@ -658,7 +773,7 @@ mod tests {
             for (u, f) in row_families(s) {
                 let defs: Vec<&MetricDef> = metric_defs().iter().filter(|d| d.name == f.name).collect();
                 assert_eq!(defs.len(), 1, "{}", f.name);
-                let mut labels = vec!["comm"];
+                let mut labels = vec!["comm", "workload"];
                 labels.extend(by_variant(u, s));
                 assert_eq!(defs[0].labels, labels, "{}: rows that share it label it alike", f.name);
                 assert_eq!(defs[0].kind, u.kind(), "{}: one use per family", f.name);

@@ -18,7 +18,41 @@ use serde::{de::Error as _, Deserialize, Deserializer};
 use crate::{
     findings::PathDisplay,
     units::{parse_duration, parse_listen, parse_size, parse_syscalls},
+    workloads::WorkloadFrom,
 };
+
+/// A switch given as `on` or `off` (in the config file also `true` or
+/// `false`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+impl OnOff {
+    pub fn is_on(self) -> bool {
+        self == OnOff::On
+    }
+}
+
+impl<'de> Deserialize<'de> for OnOff {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Given {
+            Bool(bool),
+            Text(String),
+        }
+        match Given::deserialize(d)? {
+            Given::Bool(b) => Ok(if b { OnOff::On } else { OnOff::Off }),
+            Given::Text(t) => match t.as_str() {
+                "on" | "true" => Ok(OnOff::On),
+                "off" | "false" => Ok(OnOff::Off),
+                _ => Err(D::Error::custom(format!("'{t}' is not on or off"))),
+            },
+        }
+    }
+}
 
 /// One option's documentation: what the README table and `--help` show.
 #[derive(Debug, Clone, Copy)]
@@ -162,6 +196,26 @@ run_options! {
     #[arg(long, value_name = "N")]
     max_comms: Option<usize> = 256;
 
+    /// Where the `workload` label (the systemd unit, Kubernetes container or
+    /// Docker container of a process) comes from: auto (the cgroup v2
+    /// hierarchy when one is mounted, else none, logged), cgroup (refuse to
+    /// start without a cgroup v2 hierarchy) or none (workload="" on every
+    /// series). Read at start only.
+    #[arg(long, value_name = "HOW")]
+    workload_from: Option<WorkloadFrom> = "auto";
+
+    /// Directory where the kubelet publishes container names
+    /// (<pod>_<namespace>_<container>-<id>.log), read again when a container
+    /// is not found there, at most once per scrape. A missing directory
+    /// leaves Kubernetes containers named by pod UID and container id.
+    #[arg(long, value_name = "DIR")]
+    containers_log_dir: Option<PathBuf> = "/var/log/containers";
+
+    /// Distinct workloads exported as their own `workload` label; further
+    /// ones are exported as workload="other".
+    #[arg(long, value_name = "N")]
+    max_workloads: Option<usize> = 128;
+
     /// Size of the BPF ring buffer that carries per-call events: a power of
     /// two, at least 4KiB. Losses are counted in
     /// sonic_probe_events_dropped_total{stage="ringbuf"}.
@@ -184,6 +238,20 @@ run_options! {
     /// Repeatable.
     #[arg(long, value_name = "PATTERN")]
     stall_ignore_thread: Vec<String>;
+
+    /// While a request thread's futex wait lasts past --stall-threshold,
+    /// read the stacks of its process (the Python frames of every thread,
+    /// the native stack of the waiting thread) into the futex_stall finding:
+    /// on or off. On keeps CAP_SYS_PTRACE after attach (reading another
+    /// process's memory needs it). Read at start only.
+    #[arg(long, value_name = "on/off")]
+    stack_captures: Option<OnOff> = "on";
+
+    /// At most one stack capture per process per this long; further stalls
+    /// within it are counted as rate_limited and their findings say so.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(deserialize_with = "duration")]
+    stack_capture_interval: Option<Duration> = "10s";
 
     /// A path opened this many times by one process within
     /// --repeated-open-window is a repeated_open finding.
@@ -411,6 +479,8 @@ mod tests {
         assert_eq!(d.log_level.as_deref(), Some("info"));
         assert_eq!(d.syscalls, Some(sonic_probe_common::syscalls::default_mask()));
         assert!(d.pid.is_empty() && d.config.is_none() && d.btf.is_none() && !d.bpf_stats);
+        assert_eq!(d.stack_captures, Some(OnOff::On));
+        assert_eq!(d.stack_capture_interval, Some(Duration::from_secs(10)));
         for o in OPTIONS.iter().filter(|o| o.default.is_some()) {
             assert!(keys().contains(&o.name), "{} has a default but no key", o.name);
         }

@@ -29,7 +29,7 @@ use sonic_probe_common::{
     comm_str, syscalls::SyscallId, ErrorKey, SharedStruct, StatsKey, SyscallStats, NR_COUNTERS,
 };
 
-use crate::{labels::CommLabels, probe::Aggregates};
+use crate::{labels::CommLabels, probe::Aggregates, workloads::Workloads};
 
 /// Totals of one (syscall, variant, comm label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -39,23 +39,39 @@ pub struct CallKey {
     pub variant: u16,
 }
 
+/// Who made a call: the label values of a per-process series.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Who {
+    /// The `comm` label (bounded by --max-comms).
+    pub comm: Arc<str>,
+    /// The `workload` label (bounded by --max-workloads).
+    pub workload: Arc<str>,
+}
+
+impl Who {
+    /// The two labels, as (name, value) pairs.
+    pub fn pairs(&self) -> [(&'static str, &str); 2] {
+        [("comm", &self.comm), ("workload", &self.workload)]
+    }
+}
+
 /// What a scrape exports: exact totals since the daemon started.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
-    /// (call, comm) -> statistics.
-    pub calls: BTreeMap<(CallKey, Arc<str>), SyscallStats>,
-    /// (syscall, comm, errno) -> failures.
-    pub errors: BTreeMap<(SyscallId, Arc<str>, u16), u64>,
+    /// (call, who) -> statistics.
+    pub calls: BTreeMap<(CallKey, Who), SyscallStats>,
+    /// (syscall, who, errno) -> failures.
+    pub errors: BTreeMap<(SyscallId, Who, u16), u64>,
     /// Map entries left out because their syscall index is no row of the table.
     pub unknown_keys: u64,
 }
 
 impl Snapshot {
-    /// Statistics of `syscall` for `comm`, all variants together.
+    /// Statistics of `syscall` for `comm`, all variants and workloads together.
     pub fn syscall_totals(&self, syscall: u16, comm: &str) -> Option<SyscallStats> {
         let mut out: Option<SyscallStats> = None;
-        for ((k, c), v) in &self.calls {
-            if k.syscall.index() == syscall && &**c == comm {
+        for ((k, who), v) in &self.calls {
+            if k.syscall.index() == syscall && &*who.comm == comm {
                 add_stats(out.get_or_insert_with(SyscallStats::zeroed), v);
             }
         }
@@ -82,27 +98,36 @@ pub fn add_stats(dst: &mut SyscallStats, src: &SyscallStats) {
     }
 }
 
-/// The pure part: raw names to bounded labels, adding up what shares one.
+/// The pure part: raw names and cgroups to bounded labels, adding up what
+/// shares one.
 pub struct Aggregator {
     labels: Arc<Mutex<CommLabels>>,
+    workloads: Arc<Mutex<Workloads>>,
 }
 
 impl Aggregator {
-    pub fn new(labels: Arc<Mutex<CommLabels>>) -> Self {
-        Aggregator { labels }
+    pub fn new(labels: Arc<Mutex<CommLabels>>, workloads: Arc<Mutex<Workloads>>) -> Self {
+        Aggregator { labels, workloads }
     }
 
     /// Groups the map entries (already summed over CPUs) by label.
     pub fn snapshot(&self, stats: &[(StatsKey, SyscallStats)], errors: &[(ErrorKey, u64)]) -> Snapshot {
         let mut snap = Snapshot::default();
         let mut labels = self.labels.lock().expect("labels lock");
+        let mut workloads = self.workloads.lock().expect("workloads lock");
+        workloads.next_generation();
+        // Overflow entries (no name) are "other" in both labels.
+        let mut who = |comm: &[u8; 16], cgroup: u64| {
+            let comm = comm_str(comm);
+            let workload = if comm.is_empty() { workloads.other() } else { workloads.label(cgroup) };
+            Who { comm: labels.label(&comm), workload }
+        };
         for (k, v) in stats {
             let Some(syscall) = SyscallId::new(k.syscall) else {
                 snap.unknown_keys += 1;
                 continue;
             };
-            let label = labels.label(&comm_str(&k.comm));
-            let key = (CallKey { syscall, variant: k.variant }, label);
+            let key = (CallKey { syscall, variant: k.variant }, who(&k.comm, k.cgroup));
             add_stats(snap.calls.entry(key).or_insert_with(SyscallStats::zeroed), v);
         }
         for (k, v) in errors {
@@ -110,8 +135,7 @@ impl Aggregator {
                 snap.unknown_keys += 1;
                 continue;
             };
-            let label = labels.label(&comm_str(&k.comm));
-            *snap.errors.entry((syscall, label, k.errno)).or_default() += v;
+            *snap.errors.entry((syscall, who(&k.comm, k.cgroup), k.errno)).or_default() += v;
         }
         if snap.unknown_keys > 0 {
             tracing::debug!(
@@ -133,8 +157,8 @@ pub struct StatsStore {
 pub type Counters = [u64; NR_COUNTERS as usize];
 
 impl StatsStore {
-    pub fn new(maps: Aggregates, labels: Arc<Mutex<CommLabels>>) -> Self {
-        StatsStore { maps, aggregator: Aggregator::new(labels) }
+    pub fn new(maps: Aggregates, labels: Arc<Mutex<CommLabels>>, workloads: Arc<Mutex<Workloads>>) -> Self {
+        StatsStore { maps, aggregator: Aggregator::new(labels, workloads) }
     }
 
     /// Reads the maps: totals since attach.
@@ -185,7 +209,15 @@ mod tests {
     }
 
     fn key(comm: &str, syscall: u16) -> StatsKey {
-        StatsKey { syscall, variant: 0, comm: comm_bytes(comm) }
+        StatsKey { syscall, comm: comm_bytes(comm), ..StatsKey::zeroed() }
+    }
+
+    fn aggregator(max: usize) -> Aggregator {
+        Aggregator::new(labels(max), Arc::new(Mutex::new(Workloads::disabled())))
+    }
+
+    fn who(comm: &str) -> Who {
+        Who { comm: Arc::from(comm), workload: Arc::from("") }
     }
 
     fn stats(calls: u64, bytes: u64) -> SyscallStats {
@@ -198,7 +230,7 @@ mod tests {
 
     #[test]
     fn variants_of_one_name_add_up() {
-        let a = Aggregator::new(labels(10));
+        let a = aggregator(10);
         let mut other_class = key("dd", READ);
         other_class.variant = 2;
         let live = [(key("dd", READ), stats(3, 30)), (other_class, stats(4, 40))];
@@ -211,7 +243,7 @@ mod tests {
 
     #[test]
     fn each_name_keeps_its_totals() {
-        let a = Aggregator::new(labels(10));
+        let a = aggregator(10);
         let s = a.snapshot(&[(key("old", READ), stats(2, 0)), (key("new", READ), stats(5, 0))], &[]);
         assert_eq!(call_count(&s.syscall_totals(READ, "old").unwrap()), 2);
         assert_eq!(call_count(&s.syscall_totals(READ, "new").unwrap()), 5);
@@ -219,7 +251,7 @@ mod tests {
 
     #[test]
     fn overflow_entries_and_names_beyond_the_limit_are_other() {
-        let a = Aggregator::new(labels(1));
+        let a = aggregator(1);
         let live =
             [(key("", READ), stats(2, 0)), (key("a", READ), stats(1, 0)), (key("b", READ), stats(4, 0))];
         let s = a.snapshot(&live, &[]);
@@ -231,20 +263,45 @@ mod tests {
     }
 
     #[test]
+    fn one_name_in_two_workloads_is_two_series_with_exact_totals() {
+        use std::os::unix::fs::MetadataExt;
+        let root = std::env::temp_dir().join(format!("sp-stats-workloads-{}", std::process::id()));
+        let mkdir = |rel: &str| {
+            let p = root.join(rel);
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::metadata(&p).unwrap().ino()
+        };
+        let a = mkdir("system.slice/a.service");
+        let b = mkdir("system.slice/b.service");
+        let w = Workloads::with(Some(root.clone()), None, None, 10);
+        let agg = Aggregator::new(labels(10), Arc::new(Mutex::new(w)));
+        let in_cgroup = |id: u64, n: u64| (StatsKey { cgroup: id, ..key("python3", READ) }, stats(n, 0));
+        let s = agg.snapshot(&[in_cgroup(a, 3), in_cgroup(b, 4), in_cgroup(a, 0)], &[]);
+        let _ = std::fs::remove_dir_all(&root);
+        let count = |w: &str| {
+            let who = Who { comm: Arc::from("python3"), workload: Arc::from(w) };
+            call_count(&s.calls[&(CallKey { syscall: SyscallId::new(READ).unwrap(), variant: 0 }, who)])
+        };
+        assert_eq!((count("a.service"), count("b.service")), (3, 4));
+        assert_eq!(call_count(&s.syscall_totals(READ, "python3").unwrap()), 7);
+    }
+
+    #[test]
     fn errors_group_like_calls() {
-        let a = Aggregator::new(labels(10));
-        let ek = ErrorKey { syscall: 1, errno: 2, comm: comm_bytes("app") };
-        let ek2 = ErrorKey { syscall: 1, errno: 2, comm: comm_bytes("") };
+        let a = aggregator(10);
+        let ek = ErrorKey { syscall: 1, errno: 2, comm: comm_bytes("app"), ..ErrorKey::zeroed() };
+        let ek2 = ErrorKey { syscall: 1, errno: 2, ..ErrorKey::zeroed() };
         let s = a.snapshot(&[], &[(ek, 3), (ek2, 1)]);
         let openat = SyscallId::new(1).unwrap();
-        assert_eq!(s.errors[&(openat, Arc::from("app"), 2)], 3);
-        assert_eq!(s.errors[&(openat, Arc::from("other"), 2)], 1);
+        assert_eq!(s.errors[&(openat, who("app"), 2)], 3);
+        let other = Who { comm: Arc::from("other"), workload: Arc::from("other") };
+        assert_eq!(s.errors[&(openat, other, 2)], 1);
     }
 
     #[test]
     fn a_key_with_an_unknown_syscall_is_left_out() {
-        let a = Aggregator::new(labels(10));
-        let bad = ErrorKey { syscall: 999, errno: 2, comm: comm_bytes("app") };
+        let a = aggregator(10);
+        let bad = ErrorKey { syscall: 999, errno: 2, comm: comm_bytes("app"), ..ErrorKey::zeroed() };
         let s = a.snapshot(&[(key("app", 999), stats(3, 0)), (key("app", READ), stats(1, 0))], &[(bad, 1)]);
         assert_eq!(s.unknown_keys, 2);
         assert_eq!(s.calls.len(), 1);

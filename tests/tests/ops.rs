@@ -66,16 +66,9 @@ fn systemd_notify_ready_after_attach_reload_and_stopping() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn capabilities_are_dropped_after_attach() {
-    if !privileged("capabilities_are_dropped_after_attach") {
-        return;
-    }
-    let mut d = Daemon::start(&["--pid", "1"]);
-    // Kernels that check CAP_BPF on every bpf() call (Debian 11's 5.10)
-    // keep that one: the daemon found out by asking, and says so.
-    let keeps_bpf = d.log().iter().any(|l| l.contains("dropped every capability but CAP_BPF"));
-    const CAP_BPF: &str = "0000008000000000";
+/// The threads of daemon `d` hold exactly `kept` (hex, as /proc shows
+/// capability sets) as effective and permitted sets, nothing else.
+fn assert_thread_capabilities(d: &Daemon, kept: &str, what: &str) {
     // In every thread, not only the main one: capabilities are per thread,
     // and the runtime's workers (which serve HTTP and decode events) were
     // started before the drop. A scrape first, so that blocking-pool
@@ -87,19 +80,44 @@ fn capabilities_are_dropped_after_attach() {
         let Ok(status) = std::fs::read_to_string(task.path().join("status")) else { continue };
         for set in ["CapEff", "CapPrm", "CapInh", "CapAmb"] {
             let line = status.lines().find(|l| l.starts_with(set)).unwrap();
-            let kept =
-                if keeps_bpf && matches!(set, "CapEff" | "CapPrm") { CAP_BPF } else { "0000000000000000" };
-            assert!(
-                line.ends_with(kept),
-                "thread {:?}: {line} (CAP_BPF kept: {keeps_bpf})",
-                task.file_name()
-            );
+            let want = if matches!(set, "CapEff" | "CapPrm") { kept } else { "0000000000000000" };
+            assert!(line.ends_with(want), "thread {:?}: {line} ({what})", task.file_name());
         }
     }
+}
+
+#[test]
+fn capabilities_are_dropped_after_attach() {
+    if !privileged("capabilities_are_dropped_after_attach") {
+        return;
+    }
+    const CAP_BPF: u64 = 1 << 39;
+    const CAP_SYS_PTRACE: u64 = 1 << 19;
+    // Stack captures are on by default: CAP_SYS_PTRACE is kept (they read
+    // stalled processes' memory), and the log says so.
+    let mut d = Daemon::start(&["--pid", "1"]);
+    // Kernels that check CAP_BPF on every bpf() call (Debian 11's 5.10)
+    // keep that one too: the daemon found out by asking, and says so.
+    let keeps_bpf = d.log().iter().any(|l| l.contains("but CAP_BPF"));
+    let kept = CAP_SYS_PTRACE | if keeps_bpf { CAP_BPF } else { 0 };
+    assert_thread_capabilities(&d, &format!("{kept:016x}"), "stack captures on");
+    assert!(
+        d.log().iter().any(|l| l.contains("dropped every capability but") && l.contains("CAP_SYS_PTRACE")),
+        "{:?}",
+        d.log()
+    );
+    // And it still works: scrapes read the maps through the fds it holds.
+    assert_eq!(d.metrics().get("sonic_probe_bpf_programs_attached", &[]), Some(5.0));
+    drop(d);
+
+    // Without stack captures nothing needs CAP_SYS_PTRACE: it goes too.
+    let mut d = Daemon::start(&["--pid", "1", "--stack-captures", "off"]);
+    let kept = if keeps_bpf { CAP_BPF } else { 0 };
+    assert_thread_capabilities(&d, &format!("{kept:016x}"), "stack captures off");
     if !keeps_bpf {
         assert!(d.log().iter().any(|l| l.contains("dropped all capabilities")), "{:?}", d.log());
     }
-    // And it still works: scrapes read the maps through the fds it holds.
+    assert!(!d.log().iter().any(|l| l.contains("CAP_SYS_PTRACE")), "{:?}", d.log());
     assert_eq!(d.metrics().get("sonic_probe_bpf_programs_attached", &[]), Some(5.0));
 }
 
@@ -299,7 +317,10 @@ fn sighup_reloads_targets_and_thresholds_without_resetting_counters() {
 #[test]
 fn the_unit_file_verifies() {
     let unit = std::fs::read_to_string(repo().join("deploy/systemd/sonic-probe.service")).unwrap();
-    assert!(unit.contains("Type=notify") && unit.contains("CapabilityBoundingSet=CAP_BPF CAP_PERFMON"));
+    assert!(
+        unit.contains("Type=notify")
+            && unit.contains("CapabilityBoundingSet=CAP_BPF CAP_PERFMON CAP_SYS_PTRACE")
+    );
     // systemd-analyze checks that ExecStart exists: point it at our build.
     let dir = temp_dir("unit");
     let copy = dir.join("sonic-probe.service");

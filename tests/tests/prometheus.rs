@@ -183,6 +183,8 @@ fn dashboard_queries_have_data_and_the_stall_alert_fires() {
         .map(|e| {
             e.replace("$instance", ".*")
                 .replace("$comm", ".*")
+                .replace("$namespace", ".*")
+                .replace("$workload", ".*")
                 .replace("$__rate_interval", "1m")
                 .replace("$__interval", "15s")
         })

@@ -46,7 +46,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use crate::bpfstats::{self, Programs, Role};
 
 /// Calls measured, and how many of each per run.
-const CALLS: &[&str] = &["read", "futex", "openat", "mmap", "getppid"];
+const CALLS: &[&str] = &["read", "futex", "futex_wait", "openat", "mmap", "getppid"];
 
 /// Traced system calls per loop iteration of sp-bench CALL (openat and mmap
 /// close and unmap again; getppid is not traced).
@@ -75,6 +75,10 @@ pub const PIECES: &[(&str, &str)] = &[
     ("aggregation", "the (syscall, process name) key, the per-CPU hash lookup, the bucket increment"),
 ];
 
+/// Largest share the `workload` label's per-cgroup keys may add to run's
+/// kernel-side cost per call (issue 12).
+const WORKLOADS_GOAL: f64 = 0.10;
+
 /// Bootstrap resamples per interval.
 const RESAMPLES: usize = 2000;
 
@@ -86,6 +90,12 @@ pub enum Tracer {
     SonicRun,
     /// sonic-probe run with every fallback variant (the 5.10 programs).
     SonicRunFallback,
+    /// sonic-probe run --workload-from none: what the per-cgroup keys
+    /// (the `workload` label) add, by difference with SonicRun.
+    SonicRunNoWorkloads,
+    /// sonic-probe run --stack-captures off: what the in-flight futex wait
+    /// entries of the stall captures add, by difference with SonicRun.
+    SonicRunNoCaptures,
     SonicTrace,
     Bpftrace,
     PerfTrace,
@@ -104,6 +114,8 @@ impl Tracer {
             Tracer::Minimal => "minimal",
             Tracer::SonicRun => "run",
             Tracer::SonicRunFallback => "run-fallback",
+            Tracer::SonicRunNoWorkloads => "run-no-workloads",
+            Tracer::SonicRunNoCaptures => "run-no-captures",
             Tracer::SonicTrace => "trace",
             Tracer::Bpftrace => "bpftrace",
             Tracer::PerfTrace => "perf",
@@ -123,6 +135,8 @@ impl Tracer {
             Tracer::Minimal => "minimal exact latency histogram",
             Tracer::SonicRun => "sonic-probe run",
             Tracer::SonicRunFallback => "sonic-probe run, every fallback (as on 5.10)",
+            Tracer::SonicRunNoWorkloads => "sonic-probe run --workload-from none",
+            Tracer::SonicRunNoCaptures => "sonic-probe run --stack-captures off",
             Tracer::SonicTrace => "sonic-probe trace",
             Tracer::Bpftrace => "bpftrace (latency histograms)",
             Tracer::PerfTrace => "perf trace -s",
@@ -533,11 +547,20 @@ impl Bench {
                 self.pin_tracer(&mut c);
                 Attached::Process(spawn_until(c, "attached", false)?)
             }
-            Tracer::SonicRun | Tracer::SonicRunFallback => {
+            Tracer::SonicRun
+            | Tracer::SonicRunFallback
+            | Tracer::SonicRunNoWorkloads
+            | Tracer::SonicRunNoCaptures => {
                 let mut c = Command::new(&self.sonic);
                 c.args(["run", "--listen", "127.0.0.1:0"]);
                 if t == Tracer::SonicRunFallback {
                     c.env("SONIC_PROBE_FALLBACK", "all");
+                }
+                if t == Tracer::SonicRunNoWorkloads {
+                    c.args(["--workload-from", "none"]);
+                }
+                if t == Tracer::SonicRunNoCaptures {
+                    c.args(["--stack-captures", "off"]);
                 }
                 self.pin_tracer(&mut c);
                 Attached::Process(spawn_until(c, " ready in ", false)?)
@@ -966,6 +989,33 @@ fn kernel_report(out: &mut String, extra: &Extra, tracers: &[Tracer], rounds: us
         for c in CALLS {
             let (m, lo, hi) = stats(&per_call(t, c));
             row.push_str(&format!(" {m:.1} ({lo:.1}-{hi:.1}) |"));
+        }
+        let _ = writeln!(out, "{row}");
+    }
+    // Issue 12's goal: the per-cgroup keys behind the `workload` label add
+    // at most WORKLOADS_GOAL to what run costs per call.
+    if measured.contains(&Tracer::SonicRun) && measured.contains(&Tracer::SonicRunNoWorkloads) {
+        let _ = writeln!(
+            out,
+            "\nWhat the `workload` label adds (run minus run --workload-from none, kernel-side, per \
+             call; goal <= {:.0}% for read, futex and mmap):\n",
+            100.0 * WORKLOADS_GOAL
+        );
+        let _ = writeln!(out, "| | {} |\n|---|{}", CALLS.join(" | "), "---|".repeat(CALLS.len()));
+        let mut row = "| added |".to_string();
+        for c in CALLS {
+            let with = median(&mut per_call(Tracer::SonicRun, c));
+            let without = median(&mut per_call(Tracer::SonicRunNoWorkloads, c));
+            let pct = if without > 0.0 { 100.0 * (with - without) / without } else { 0.0 };
+            let goal = matches!(*c, "read" | "futex" | "mmap");
+            let mark = if !goal {
+                ""
+            } else if pct <= 100.0 * WORKLOADS_GOAL {
+                " ✓"
+            } else {
+                " ✗"
+            };
+            row.push_str(&format!(" {:+.1} ns ({pct:+.1}%){mark} |", with - without));
         }
         let _ = writeln!(out, "{row}");
     }

@@ -39,7 +39,7 @@ tasks:
                  kernels (vmtest)
   demo           run the daemon against a faulty stand-in of the Sonic service
                  (tests/workloads/sonic_sim.py) and print what it found (needs root)
-  bench [--smoke] [--rounds N] [--only none,floor,minimal,run,run-fallback,trace,bpftrace,perf,strace]
+  bench [--smoke] [--rounds N] [--only none,floor,minimal,run,run-fallback,run-no-workloads,run-no-captures,trace,bpftrace,perf,strace]
                  measure the cost per call of sonic-probe (its fast programs and
                  the fallbacks older kernels get) against no tracer, the
                  floor (empty BPF programs), a minimal exact latency histogram,
@@ -185,7 +185,7 @@ fn test() -> Result<()> {
     // gets: CO-RE reads, per-thread state in a hash, futex wakes in a map),
     // at full speed: every test that watches real calls.
     let mut fallback = vec!["test", "-p", "sonic-probe-tests"];
-    for t in ["core", "diagnoses", "trace", "reliability", "kernels", "cli"] {
+    for t in ["core", "diagnoses", "trace", "reliability", "kernels", "cli", "workloads", "stacks"] {
         fallback.extend(["--test", t]);
     }
     sh("cargo", &fallback, &[("SONIC_PROBE_REQUIRE_PRIVILEGED", "1"), ("SONIC_PROBE_FALLBACK", "all")])?;
@@ -360,7 +360,19 @@ fn failed_calls(url: &str) -> Result<(u64, usize)> {
 
 fn bench_task(args: &[String]) -> Result<()> {
     use bench::Tracer::*;
-    let all = [None, Floor, Minimal, SonicRun, SonicRunFallback, SonicTrace, Bpftrace, PerfTrace, Strace];
+    let all = [
+        None,
+        Floor,
+        Minimal,
+        SonicRun,
+        SonicRunFallback,
+        SonicRunNoWorkloads,
+        SonicRunNoCaptures,
+        SonicTrace,
+        Bpftrace,
+        PerfTrace,
+        Strace,
+    ];
     // --only none,floor,run: a subset (for quick comparisons while optimizing).
     let tracers: Vec<bench::Tracer> =
         match args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)) {

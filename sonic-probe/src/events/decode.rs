@@ -83,7 +83,8 @@ mod tests {
 
     fn openat(path: &str) -> SyscallPathEvent {
         let mut ev = SyscallPathEvent::zeroed();
-        ev.call.header = EventHeader { kind: EVENT_SYSCALL_PATH, tgid: 7, tid: 8, cpu: 1, time_ns: 99 };
+        ev.call.header =
+            EventHeader { kind: EVENT_SYSCALL_PATH, tgid: 7, tid: 8, cpu: 1, time_ns: 99, cgroup: 0 };
         ev.call.syscall = OPENAT;
         ev.call.reasons = EMIT_PATH;
         ev.call.ret = -2;

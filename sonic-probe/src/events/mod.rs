@@ -25,6 +25,17 @@ pub enum Event {
     FileClosed(FileClosed),
 }
 
+impl Event {
+    /// The header every event starts with.
+    pub fn header(&self) -> &sonic_probe_common::EventHeader {
+        match self {
+            Event::Call(c) => &c.raw.header,
+            Event::Process(p) => &p.raw.header,
+            Event::FileClosed(f) => &f.raw.header,
+        }
+    }
+}
+
 /// A regular file opened while watched was closed, with what was read
 /// through it.
 #[derive(Debug, Clone, PartialEq)]

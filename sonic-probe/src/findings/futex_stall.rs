@@ -14,7 +14,9 @@
 //!    Idle pool workers (data-loader and intra-op threads waiting for work)
 //!    are other threads, so their long waits are not stalls.
 //!
-//! The thread that woke it, when the kernel saw the wake, is reported too.
+//! The thread that woke it, when the kernel saw the wake, is reported too,
+//! and with `run --stack-captures on` the stacks read while the stall
+//! lasted (crate::capture): the waiting thread's, and the waker's.
 
 use glob::Pattern;
 use sonic_probe_common::syscalls;
@@ -23,7 +25,7 @@ use super::{
     state::{StateMap, Tracked},
     Detail, Detector, DetectorMetrics, Input, LiveFile, Record, Settings,
 };
-use crate::{events::Event, futex};
+use crate::{capture::CaptureStore, events::Event, futex, stacks::Frame};
 
 pub struct FutexStall {
     threshold_ns: u64,
@@ -31,10 +33,14 @@ pub struct FutexStall {
     ignore_threads: Vec<Pattern>,
     window_ns: u64,
     max: usize,
-    /// (incarnation, tid) -> the thread's stalls.
     /// (incarnation, tid) -> its stalls: every one is a finding.
     records: StateMap<(u64, u32), Record>,
+    /// Stacks captured while waits lasted (None: captures off).
+    captures: Option<CaptureStore>,
 }
+
+/// The stacks of a stall and why they are missing or partial.
+type Stacks = (Vec<Frame>, Vec<Frame>, Option<String>);
 
 impl FutexStall {
     pub fn new(s: &Settings) -> Self {
@@ -45,14 +51,30 @@ impl FutexStall {
             window_ns: s.window.as_nanos() as u64,
             max: s.max_findings,
             records: StateMap::new("futex_stall", |k: &(u64, u32)| k.0, s.max_findings),
+            captures: s.captures.clone(),
+        }
+    }
+
+    /// The stacks captured during the wait of `tid` that started at
+    /// `start_ns` (the call's entry), taken out of the store.
+    fn stacks(&self, tid: u32, start_ns: u64, waker_tid: Option<u32>) -> Stacks {
+        let Some(store) = &self.captures else { return (Vec::new(), Vec::new(), None) };
+        match store.take(tid, start_ns) {
+            Some(c) => (
+                c.stack_of(tid),
+                waker_tid.map(|w| c.stack_of(w)).unwrap_or_default(),
+                Some(c.note(waker_tid)),
+            ),
+            None => (
+                Vec::new(),
+                Vec::new(),
+                Some("not captured: the wait ended before the capturer saw it past the threshold".into()),
+            ),
         }
     }
 
     fn is_request_thread(&self, tgid: u32, tid: u32, name: &str) -> bool {
-        if self.ignore_threads.iter().any(|p| p.matches(name)) {
-            return false;
-        }
-        tid == tgid || self.request_threads.iter().any(|p| p.matches(name))
+        futex::is_request_thread(tgid, tid, name, &self.request_threads, &self.ignore_threads)
     }
 }
 
@@ -78,8 +100,10 @@ impl Detector for FutexStall {
         let waker_tid = (c.raw.waker_tid != 0).then_some(c.raw.waker_tid);
         let waker_thread = c.waker_name();
         let comm = c.process_name();
+        let (stack, waker_stack, stack_note) = self.stacks(c.tid(), c.raw.header.time_ns, waker_tid);
         metrics.add_stall(&comm, &thread);
         let rec = self.records.map.entry((input.incarnation, c.tid())).or_insert_with(|| Record {
+            cgroup: 0,
             detail: Detail::FutexStall {
                 tid: c.tid(),
                 thread: thread.clone(),
@@ -89,6 +113,9 @@ impl Detector for FutexStall {
                 waker_tid: None,
                 waker_thread: None,
                 count: 0,
+                stack: Vec::new(),
+                waker_stack: Vec::new(),
+                stack_note: None,
             },
             pid: c.tgid(),
             incarnation: input.incarnation,
@@ -106,6 +133,9 @@ impl Detector for FutexStall {
             waker_thread: wt,
             count,
             thread: t,
+            stack: st,
+            waker_stack: ws,
+            stack_note: sn,
             ..
         } = &mut rec.detail
         {
@@ -118,6 +148,7 @@ impl Detector for FutexStall {
                 *uaddr = format!("{:#x}", c.raw.args[0]);
                 *w = waker_tid;
                 *wt = waker_thread;
+                (*st, *ws, *sn) = (stack, waker_stack, stack_note);
             }
         }
     }
@@ -129,6 +160,7 @@ impl Detector for FutexStall {
         self.ignore_threads = fresh.ignore_threads;
         self.window_ns = fresh.window_ns;
         self.max = fresh.max;
+        self.captures = fresh.captures;
     }
 
     fn findings(
@@ -199,7 +231,7 @@ mod tests {
         assert_eq!(op, "FUTEX_WAIT_PRIVATE");
         assert_eq!(uaddr, "0x7f001234");
         assert!((wait_seconds - 3.2).abs() < 1e-9);
-        assert_eq!(e.metrics.futex_stalls[&("app".into(), "app".into())], 1);
+        assert_eq!(e.metrics.futex_stalls[&("app".into(), 0, "app".into())], 1);
     }
 
     #[test]
@@ -256,6 +288,62 @@ mod tests {
         e.observe(&wait(100, 100, SEC, 2 * SEC, 0, WAIT_PRIVATE, 0));
         assert_eq!(stalls(&mut e, 62 * SEC).len(), 1, "last seen at 3 s, inside the window");
         assert!(stalls(&mut e, 64 * SEC).is_empty(), "gone after 60 s without a stall");
+    }
+
+    #[test]
+    fn stalls_carry_the_stacks_captured_while_they_lasted() {
+        use crate::{
+            capture::{Capture, CaptureStore},
+            stacks::{Frame, FrameKind},
+        };
+        let frame = |f: &str| Frame {
+            function: f.into(),
+            file: Some("/srv/app.py".into()),
+            line: Some(7),
+            module: None,
+            kind: FrameKind::Python,
+        };
+        let store = CaptureStore::new();
+        let mut e = engine(|s| s.captures = Some(store.clone()));
+        let mut c = Capture {
+            tgid: 100,
+            tid: 100,
+            start_ns: SEC,
+            captured_ns: SEC + SEC / 2,
+            result: "ok",
+            python: Default::default(),
+            native: Default::default(),
+            problems: Vec::new(),
+            interval: Duration::from_secs(10),
+        };
+        c.python.insert(100, vec![frame("infer")]);
+        c.python.insert(105, vec![frame("load_weights")]);
+        c.native.insert(100, vec![Frame { kind: FrameKind::Native, ..frame("futex_wait") }]);
+        store.insert(c);
+        e.observe(&wait(100, 100, SEC, 2 * SEC, 0, WAIT_PRIVATE, 105));
+        let s = stalls(&mut e, 5 * SEC);
+        let Detail::FutexStall { stack, waker_stack, stack_note, .. } = &s[0] else { panic!() };
+        let names = |st: &[Frame]| st.iter().map(|f| f.function.clone()).collect::<Vec<_>>();
+        assert_eq!(names(stack), ["infer", "futex_wait"]);
+        assert_eq!(names(waker_stack), ["load_weights"]);
+        assert_eq!(stack_note.as_deref(), Some("captured 0.5 s into the wait"));
+        assert_eq!(store.pending(), 0, "used once");
+        // A shorter stall without a capture leaves the longest's stacks.
+        e.observe(&wait(100, 100, 4 * SEC, SEC, 0, WAIT_PRIVATE, 105));
+        let s = stalls(&mut e, 6 * SEC);
+        let Detail::FutexStall { stack, count, .. } = &s[0] else { panic!() };
+        assert_eq!((*count, stack.len()), (2, 2));
+        // A longer one without a capture says why it has none.
+        e.observe(&wait(100, 100, 7 * SEC, 3 * SEC, 0, WAIT_PRIVATE, 105));
+        let s = stalls(&mut e, 11 * SEC);
+        let Detail::FutexStall { stack, stack_note, .. } = &s[0] else { panic!() };
+        assert!(stack.is_empty());
+        assert!(stack_note.as_deref().unwrap().starts_with("not captured"), "{stack_note:?}");
+        // JSON without the new fields (an older daemon's) still parses.
+        let old = serde_json::json!({"kind": "futex_stall", "tid": 1, "thread": "t", "wait_seconds": 1.0,
+            "op": "FUTEX_WAIT", "uaddr": "0x1", "waker_tid": null, "waker_thread": null, "count": 1});
+        let d: Detail = serde_json::from_value(old).unwrap();
+        assert!(matches!(d, Detail::FutexStall { ref stack, stack_note: None, .. } if stack.is_empty()));
     }
 
     #[test]

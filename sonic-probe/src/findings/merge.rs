@@ -4,7 +4,7 @@
 //! exact counts need. Listed like that, a harmless pattern of a tool that
 //! runs a thousand times becomes a thousand findings. Here the findings of
 //! processes that have exited are folded by problem: the same kind, process
-//! name and key (the path; the syscall and errno; the size and file; the
+//! name, cgroup (workload) and key (the path; the syscall and errno; the size and file; the
 //! thread name) make one finding, with the number of processes, a few pids
 //! and the sums of their counts. A process that is still running keeps its
 //! own finding with its own pid, so a long-lived service's numbers are its
@@ -46,12 +46,14 @@ fn problem_key(d: &Detail) -> String {
 /// a record's process is still running.
 pub fn merge(records: Vec<Record>, alive: impl Fn(&Record) -> bool) -> Vec<Merged> {
     let mut out: Vec<Merged> = Vec::new();
-    let mut gone: HashMap<(&'static str, String, String), Vec<Record>> = HashMap::new();
+    let mut gone: HashMap<(&'static str, String, u64, String), Vec<Record>> = HashMap::new();
     for r in records {
         if alive(&r) {
             out.push(Merged { pids: vec![r.pid], processes: 1, record: r });
         } else {
-            gone.entry((r.detail.kind(), r.comm.clone(), problem_key(&r.detail))).or_default().push(r);
+            gone.entry((r.detail.kind(), r.comm.clone(), r.cgroup, problem_key(&r.detail)))
+                .or_default()
+                .push(r);
         }
     }
     for (_, mut group) in gone {
@@ -77,7 +79,19 @@ fn fold(acc: &mut Record, r: Record) {
     acc.incarnation = r.incarnation;
     match (&mut acc.detail, r.detail) {
         (
-            Detail::FutexStall { tid, wait_seconds, op, uaddr, waker_tid, waker_thread, count, .. },
+            Detail::FutexStall {
+                tid,
+                wait_seconds,
+                op,
+                uaddr,
+                waker_tid,
+                waker_thread,
+                count,
+                stack,
+                waker_stack,
+                stack_note,
+                ..
+            },
             Detail::FutexStall {
                 tid: t2,
                 wait_seconds: w2,
@@ -86,12 +100,17 @@ fn fold(acc: &mut Record, r: Record) {
                 waker_tid: wt2,
                 waker_thread: wn2,
                 count: c2,
+                stack: s2,
+                waker_stack: ws2,
+                stack_note: n2,
                 ..
             },
         ) => {
             *count += c2;
+            // The details, stacks included, are those of the longest wait.
             if w2 >= *wait_seconds {
                 (*tid, *wait_seconds, *op, *uaddr, *waker_tid, *waker_thread) = (t2, w2, o2, u2, wt2, wn2);
+                (*stack, *waker_stack, *stack_note) = (s2, ws2, n2);
             }
         }
         (
@@ -136,6 +155,7 @@ mod tests {
 
     fn err(pid: u32, inc: u64, comm: &str, errno: &str, count: u64, path: &str, last: u64) -> Record {
         Record {
+            cgroup: 0,
             detail: Detail::SyscallErrors {
                 syscall: "openat".into(),
                 errno: errno.into(),
@@ -184,6 +204,7 @@ mod tests {
     #[test]
     fn folded_stalls_keep_the_longest_and_reads_a_weighted_size() {
         let stall = |pid: u32, wait: f64, count: u64| Record {
+            cgroup: 0,
             detail: Detail::FutexStall {
                 tid: pid,
                 thread: "main".into(),
@@ -193,6 +214,15 @@ mod tests {
                 waker_tid: None,
                 waker_thread: None,
                 count,
+                stack: vec![crate::stacks::Frame {
+                    function: format!("f{pid}"),
+                    file: None,
+                    line: None,
+                    module: None,
+                    kind: crate::stacks::FrameKind::Python,
+                }],
+                waker_stack: Vec::new(),
+                stack_note: None,
             },
             pid,
             incarnation: u64::from(pid),
@@ -201,6 +231,7 @@ mod tests {
             last_ns: u64::from(pid),
         };
         let reads = |pid: u32, count: u64, size: u64| Record {
+            cgroup: 0,
             detail: Detail::SmallReads {
                 path: "/etc/x".into(),
                 file_class: "other".into(),
@@ -211,8 +242,11 @@ mod tests {
             ..stall(pid, 0.0, 0)
         };
         let m = merge(vec![stall(1, 2.0, 1), stall(2, 5.0, 2), stall(3, 1.5, 1)], |_| false);
-        let Detail::FutexStall { wait_seconds, count, uaddr, .. } = &m[0].record.detail else { panic!() };
+        let Detail::FutexStall { wait_seconds, count, uaddr, stack, .. } = &m[0].record.detail else {
+            panic!()
+        };
         assert_eq!((*wait_seconds, *count, uaddr.as_str(), m[0].processes), (5.0, 4, "0x2", 3));
+        assert_eq!(stack[0].function, "f2", "the stacks of the longest wait");
         let m = merge(vec![reads(1, 10, 100), reads(2, 30, 500)], |_| false);
         let Detail::SmallReads { count, bytes, typical_size, .. } = &m[0].record.detail else { panic!() };
         assert_eq!((*count, *bytes, *typical_size), (40, 16_000, 400));

@@ -173,6 +173,7 @@ impl Detector for MmapChurn {
                 continue;
             }
             out.push(Record {
+                cgroup: 0,
                 detail: Detail::MmapChurn {
                     size_bytes: *size,
                     count: g.cycles,
@@ -238,7 +239,7 @@ mod tests {
                 path: Some("/models/sonic.safetensors".into())
             }]
         );
-        assert_eq!(e.metrics.mmap_churn["app"], 5);
+        assert_eq!(e.metrics.mmap_churn[&("app".into(), 0)], 5);
     }
 
     #[test]

@@ -37,10 +37,12 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use crate::events::Event;
+use crate::{events::Event, stacks::Frame};
 pub use files::{FileTable, FileTotals, KnownFile};
 pub use paths::{show_paths, PathDisplay};
 pub use service::FindingsService;
+
+pub use crate::workloads::WorkloadNames;
 
 /// One finding, as GET /findings returns it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -57,6 +59,12 @@ pub struct Finding {
     /// A few of their pids, the most recently seen first.
     #[serde(default)]
     pub pids: Vec<u32>,
+    /// The workload (systemd unit, container, pod) the process runs in.
+    #[serde(default)]
+    pub workload: WorkloadNames,
+    /// Its cgroup v2 id, named into `workload` when the findings are read.
+    #[serde(skip)]
+    pub cgroup: u64,
     /// RFC 3339.
     pub first_seen: String,
     /// RFC 3339.
@@ -85,6 +93,20 @@ pub enum Detail {
         waker_thread: Option<String>,
         /// Stalls of this thread.
         count: u64,
+        /// The waiting thread's stack during that stall, innermost frame
+        /// first: its Python frames, then its native ones (`run
+        /// --stack-captures`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        stack: Vec<Frame>,
+        /// The waker's stack while the request waited (what the holder was
+        /// doing): its Python frames, then its native ones if it was in a
+        /// futex wait itself then.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        waker_stack: Vec<Frame>,
+        /// Why a stack is missing or partial, and how far into the wait
+        /// the stacks were read.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stack_note: Option<String>,
     },
     /// The same path opened again and again by one process.
     RepeatedOpen { path: String, file_class: String, count: u64, bytes_read: u64 },
@@ -124,6 +146,9 @@ pub struct Record {
     /// The process incarnation (see [`Input`]).
     pub incarnation: u64,
     pub comm: String,
+    /// The process's cgroup v2 id at its latest event (the engine fills
+    /// it in; detectors leave 0).
+    pub cgroup: u64,
     pub first_ns: u64,
     pub last_ns: u64,
 }
@@ -192,6 +217,8 @@ pub struct Settings {
     /// Report everything: turns off the rules that keep one-off start-up
     /// behaviour of short-lived processes out of the findings.
     pub verbose: bool,
+    /// The stacks captured while stalls lasted (None: captures are off).
+    pub captures: Option<crate::capture::CaptureStore>,
 }
 
 /// A problem recurs within a process when it shows again at least this long
@@ -233,16 +260,19 @@ pub const MAX_METRIC_KEYS: usize = 4096;
 /// folds them into bounded label values; the maps themselves are capped).
 #[derive(Debug, Default, Clone)]
 pub struct DetectorMetrics {
-    /// (comm, thread) -> futex stalls.
-    pub futex_stalls: HashMap<(String, String), u64>,
-    /// (comm, file_class) -> opens counted in repeated-open findings.
-    pub repeated_opens: HashMap<(String, String), u64>,
-    /// comm -> mmap/munmap churn cycles counted in findings.
-    pub mmap_churn: HashMap<String, u64>,
-    /// comm -> longest stall still within the window (seconds).
-    pub stall_max_seconds: HashMap<String, f64>,
-    /// (comm, syscall, errno) -> failures counted in syscall_errors findings.
-    pub recurring_errors: HashMap<(String, String, String), u64>,
+    /// cgroup v2 id of the event being observed (set by the engine before
+    /// the detectors see it): the cgroup the counts below are added under.
+    pub cgroup: u64,
+    /// (comm, cgroup, thread) -> futex stalls.
+    pub futex_stalls: HashMap<(String, u64, String), u64>,
+    /// (comm, cgroup, file_class) -> opens counted in repeated-open findings.
+    pub repeated_opens: HashMap<(String, u64, String), u64>,
+    /// (comm, cgroup) -> mmap/munmap churn cycles counted in findings.
+    pub mmap_churn: HashMap<(String, u64), u64>,
+    /// (comm, cgroup) -> longest stall still within the window (seconds).
+    pub stall_max_seconds: HashMap<(String, u64), f64>,
+    /// (comm, cgroup, syscall, errno) -> failures counted in syscall_errors findings.
+    pub recurring_errors: HashMap<(String, u64, String, String), u64>,
     /// (kind, state) -> states evicted: "working" state evicted for room,
     /// "finding"s dropped beyond --max-findings.
     pub evictions: HashMap<(&'static str, &'static str), u64>,
@@ -255,24 +285,24 @@ fn bump<K: Eq + std::hash::Hash>(map: &mut HashMap<K, u64>, key: K, other: K, n:
 
 impl DetectorMetrics {
     pub fn add_stall(&mut self, comm: &str, thread: &str) {
-        let other = (crate::labels::OTHER.to_string(), crate::labels::OTHER.to_string());
-        bump(&mut self.futex_stalls, (comm.to_string(), thread.to_string()), other, 1);
+        let other = (crate::labels::OTHER.to_string(), 0, crate::labels::OTHER.to_string());
+        bump(&mut self.futex_stalls, (comm.to_string(), self.cgroup, thread.to_string()), other, 1);
     }
 
     pub fn add_repeated_opens(&mut self, comm: &str, class: &str, n: u64) {
-        let other = (crate::labels::OTHER.to_string(), class.to_string());
-        bump(&mut self.repeated_opens, (comm.to_string(), class.to_string()), other, n);
+        let other = (crate::labels::OTHER.to_string(), 0, class.to_string());
+        bump(&mut self.repeated_opens, (comm.to_string(), self.cgroup, class.to_string()), other, n);
     }
 
     pub fn add_churn(&mut self, comm: &str, n: u64) {
-        bump(&mut self.mmap_churn, comm.to_string(), crate::labels::OTHER.to_string(), n);
+        bump(&mut self.mmap_churn, (comm.to_string(), self.cgroup), (crate::labels::OTHER.to_string(), 0), n);
     }
 
     pub fn add_recurring_errors(&mut self, comm: &str, syscall: &str, errno: &str, n: u64) {
-        let other = (crate::labels::OTHER.to_string(), syscall.to_string(), errno.to_string());
+        let other = (crate::labels::OTHER.to_string(), 0, syscall.to_string(), errno.to_string());
         bump(
             &mut self.recurring_errors,
-            (comm.to_string(), syscall.to_string(), errno.to_string()),
+            (comm.to_string(), self.cgroup, syscall.to_string(), errno.to_string()),
             other,
             n,
         );
@@ -327,6 +357,8 @@ pub struct Engine {
     files: FileTable,
     detectors: Vec<Box<dyn Detector>>,
     incarnations: HashMap<u32, u64>,
+    /// incarnation -> cgroup v2 id at its latest event.
+    cgroups: HashMap<u64, u64>,
     next_incarnation: u64,
     pub metrics: DetectorMetrics,
     clock: Clock,
@@ -348,6 +380,7 @@ impl Engine {
             files: FileTable::default(),
             detectors,
             incarnations: HashMap::new(),
+            cgroups: HashMap::new(),
             next_incarnation: 1,
             metrics: DetectorMetrics::default(),
             clock: Clock::new(),
@@ -374,6 +407,15 @@ impl Engine {
             Event::FileClosed(f) => f.tgid(),
         };
         let incarnation = self.incarnation(tgid);
+        let cgroup = event.header().cgroup;
+        if cgroup != 0 {
+            if self.cgroups.len() >= MAX_INCARNATIONS && !self.cgroups.contains_key(&incarnation) {
+                let live: std::collections::HashSet<u64> = self.incarnations.values().copied().collect();
+                self.cgroups.retain(|i, _| live.contains(i));
+            }
+            self.cgroups.insert(incarnation, cgroup);
+        }
+        self.metrics.cgroup = cgroup;
         let closed = self.files.observe(event, incarnation);
         let input = Input { event, incarnation, closed: closed.as_ref(), files: &self.files };
         for d in &mut self.detectors {
@@ -407,10 +449,13 @@ impl Engine {
         for d in &mut self.detectors {
             d.findings(now_ns, &live_files, &mut records, &mut self.metrics);
         }
+        for r in &mut records {
+            r.cgroup = self.cgroups.get(&r.incarnation).copied().unwrap_or(0);
+        }
         self.metrics.stall_max_seconds.clear();
         for r in &records {
             if let Detail::FutexStall { wait_seconds, .. } = r.detail {
-                let m = self.metrics.stall_max_seconds.entry(r.comm.clone()).or_insert(0.0);
+                let m = self.metrics.stall_max_seconds.entry((r.comm.clone(), r.cgroup)).or_insert(0.0);
                 *m = m.max(wait_seconds);
             }
         }
@@ -427,6 +472,8 @@ impl Engine {
                 comm: m.record.comm,
                 processes: m.processes,
                 pids: m.pids,
+                workload: WorkloadNames::default(),
+                cgroup: m.record.cgroup,
             })
             .collect()
     }
@@ -471,7 +518,7 @@ pub(crate) mod testing {
         args: [u64; 6],
     ) -> Call {
         let mut raw = SyscallEvent::zeroed();
-        raw.header = EventHeader { kind: EVENT_SYSCALL, tgid, tid, cpu: 0, time_ns: start_ns };
+        raw.header = EventHeader { kind: EVENT_SYSCALL, tgid, tid, cpu: 0, time_ns: start_ns, cgroup: 0 };
         raw.syscall = syscall;
         raw.duration_ns = duration_ns;
         raw.ret = ret;
@@ -504,7 +551,7 @@ pub(crate) mod testing {
         small_requested: u64,
     ) -> Event {
         let mut raw = FileCloseEvent::zeroed();
-        raw.header = EventHeader { kind: EVENT_FILE_CLOSE, tgid, tid: tgid, cpu: 0, time_ns: t };
+        raw.header = EventHeader { kind: EVENT_FILE_CLOSE, tgid, tid: tgid, cpu: 0, time_ns: t, cgroup: 0 };
         raw.fd = fd;
         raw.file.opened_ns = opened_ns;
         raw.file.reads = reads;
@@ -518,7 +565,7 @@ pub(crate) mod testing {
 
     pub fn exit(tgid: u32, t: u64) -> Event {
         let mut raw = ProcessEvent::zeroed();
-        raw.header = EventHeader { kind: EVENT_PROCESS_EXIT, tgid, tid: tgid, cpu: 0, time_ns: t };
+        raw.header = EventHeader { kind: EVENT_PROCESS_EXIT, tgid, tid: tgid, cpu: 0, time_ns: t, cgroup: 0 };
         raw.comm = comm_bytes("app");
         Event::Process(ProcessChange { kind: ProcessKind::Exit, raw })
     }
@@ -531,6 +578,8 @@ mod tests {
     #[test]
     fn json_shape_is_flat_with_kind() {
         let f = Finding {
+            workload: Default::default(),
+            cgroup: 0,
             detail: Detail::RepeatedOpen {
                 path: "/models/x.pth".into(),
                 file_class: "model".into(),

@@ -52,6 +52,7 @@ pub fn show_paths(findings: &mut [Finding], display: PathDisplay) {
                     *p = display.show(p);
                 }
             }
+            // Its stack frames name source files of code, not data.
             Detail::FutexStall { .. } => {}
         }
     }
@@ -63,6 +64,8 @@ mod tests {
 
     fn finding(detail: Detail) -> Finding {
         Finding {
+            workload: Default::default(),
+            cgroup: 0,
             detail,
             pid: 1,
             comm: "python3".into(),

@@ -187,6 +187,7 @@ impl Detector for RepeatedOpen {
                 .map(|l| l.totals.read_bytes)
                 .sum();
             out.push(Record {
+                cgroup: 0,
                 detail: Detail::RepeatedOpen {
                     path: path.to_string(),
                     file_class: file_class_name(st.class).to_string(),
@@ -250,7 +251,7 @@ mod tests {
                 bytes_read: 5000
             }
         );
-        assert_eq!(e.metrics.repeated_opens[&("app".into(), "model".into())], 5);
+        assert_eq!(e.metrics.repeated_opens[&("app".into(), 0, "model".into())], 5);
     }
 
     #[test]

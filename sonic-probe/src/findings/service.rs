@@ -16,6 +16,7 @@ use crate::{
     events::{Event, FileClosed, ProcessKind},
     probe::OpenFiles,
     procfs,
+    workloads::Workloads,
 };
 
 #[derive(Clone)]
@@ -25,6 +26,8 @@ pub struct FindingsService {
     /// Processes whose kernel descriptor entries are stale: tgid -> the
     /// exec time (entries opened before it are stale) or None (it exited).
     stale: Arc<Mutex<HashMap<u32, Option<u64>>>>,
+    /// Names the findings' cgroups (lock order: engine, then workloads).
+    workloads: Arc<Mutex<Workloads>>,
 }
 
 fn is_regular(mode: u16) -> bool {
@@ -32,11 +35,12 @@ fn is_regular(mode: u16) -> bool {
 }
 
 impl FindingsService {
-    pub fn new(settings: &Settings, open_files: OpenFiles) -> Self {
+    pub fn new(settings: &Settings, open_files: OpenFiles, workloads: Arc<Mutex<Workloads>>) -> Self {
         FindingsService {
             engine: Arc::new(Mutex::new(Engine::new(settings))),
             open_files: Arc::new(Mutex::new(open_files)),
             stale: Arc::new(Mutex::new(HashMap::new())),
+            workloads,
         }
     }
 
@@ -64,7 +68,12 @@ impl FindingsService {
                 .collect()
         };
         let mut engine = self.engine.lock().expect("engine lock");
-        let findings = engine.findings(monotonic_ns(), &live);
+        let mut findings = engine.findings(monotonic_ns(), &live);
+        let mut workloads = self.workloads.lock().expect("workloads lock");
+        workloads.next_generation();
+        for f in &mut findings {
+            f.workload = workloads.names(f.cgroup);
+        }
         (findings, engine.metrics.clone())
     }
 
@@ -93,6 +102,7 @@ impl FindingsService {
                     tid: k.tgid,
                     cpu: 0,
                     time_ns: now,
+                    cgroup: 0,
                 },
                 fd: k.fd,
                 _pad: 0,

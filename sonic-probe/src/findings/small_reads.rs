@@ -243,6 +243,7 @@ impl Detector for SmallReads {
                 continue;
             }
             out.push(Record {
+                cgroup: 0,
                 detail: Detail::SmallReads {
                     path: path.to_string(),
                     file_class: file_class_name(m.class).to_string(),

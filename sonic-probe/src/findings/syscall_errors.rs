@@ -188,6 +188,7 @@ impl Detector for SyscallErrors {
         self.errors.prune(now_ns.saturating_sub(self.window_ns), self.max, metrics);
         for ((inc, sc, e), st) in self.errors.map.iter().filter(|(_, st)| st.reported) {
             out.push(Record {
+                cgroup: 0,
                 detail: Detail::SyscallErrors {
                     syscall: syscalls::by_index(*sc).map_or("?", |s| s.name).to_string(),
                     errno: errno::name(*e),
@@ -270,7 +271,7 @@ mod tests {
         assert_eq!(*count, 9, "every failure of (openat, ENOENT) in the process, probes included");
         assert_eq!(paths.last().unwrap(), "/models/v2.pth");
         e.observe(&openat(4, 3 * SEC, "/models/v2.pth", -2, 0));
-        assert_eq!(e.metrics.recurring_errors[&("app".into(), "openat".into(), "ENOENT".into())], 10);
+        assert_eq!(e.metrics.recurring_errors[&("app".into(), 0, "openat".into(), "ENOENT".into())], 10);
         // Another errno without a path recurs by itself.
         let mmap =
             |t| Event::Call(call(syscalls::MMAP, 4, 4, t, 100, -12, [0, 1 << 40, 3, 0x22, u64::MAX, 0]));

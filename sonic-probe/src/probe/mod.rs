@@ -19,8 +19,8 @@ use aya::{
     Btf, Ebpf, EbpfLoader,
 };
 use sonic_probe_common::{
-    ext_key, syscalls::NR_SYSCALLS, ErrorKey, ExtKey, FileKey, OpenFile, ProbeConfig, SharedStruct, StatsKey,
-    SyscallStats, ThreadState,
+    ext_key, syscalls::NR_SYSCALLS, ErrorKey, ExtKey, FileKey, InflightWait, OpenFile, ProbeConfig,
+    SharedStruct, StatsKey, SyscallStats, ThreadState,
 };
 use sonic_probe_ebpf::{maps, ProgramGroup, Variant, PROGRAMS};
 
@@ -251,11 +251,11 @@ impl Probe {
         // cannot allocate (empty name): totals stay exact, exported as
         // comm="other".
         for syscall in 0..NR_SYSCALLS as u16 {
-            let key = StatsKey { syscall, variant: 0, comm: [0; 16] };
+            let key = StatsKey { syscall, ..StatsKey::zeroed() };
             let zero = PerCpuValues::try_from(vec![SyscallStats::zeroed(); cpus])
                 .map_err(|e| ProbeError::Cpus(e.to_string()))?;
             stats.insert(key, zero, 0).map_err(map_err(maps::SYSCALL_STATS))?;
-            let key = ErrorKey { syscall, errno: 0, comm: [0; 16] };
+            let key = ErrorKey { syscall, ..ErrorKey::zeroed() };
             let zero =
                 PerCpuValues::try_from(vec![0u64; cpus]).map_err(|e| ProbeError::Cpus(e.to_string()))?;
             errors.insert(key, zero, 0).map_err(map_err(maps::SYSCALL_ERRORS))?;
@@ -280,6 +280,12 @@ impl Probe {
         let map: HashMap<MapData, FileKey, OpenFile> =
             HashMap::try_from(take(&mut self.ebpf, maps::OPEN_FILES)?).map_err(map_err(maps::OPEN_FILES))?;
         Ok(OpenFiles::new(map))
+    }
+
+    /// The futex waits in progress (futex_waiting, filled only while
+    /// probe_config.inflight_waits is set; call once).
+    pub fn take_futex_waiting(&mut self) -> Result<HashMap<MapData, u32, InflightWait>, ProbeError> {
+        HashMap::try_from(take(&mut self.ebpf, maps::FUTEX_WAITING)?).map_err(map_err(maps::FUTEX_WAITING))
     }
 
     /// Turns on the kernel's BPF run-time statistics until the probe is dropped.

@@ -273,7 +273,11 @@ async fn trace(opts: TraceOptions, mut child: Option<WaitingChild>) -> Result<Ex
         ..crate::probe::base_config()
     })?;
     let mut targets = probe.take_targets()?;
-    let store = StatsStore::new(probe.take_aggregates()?, Arc::new(Mutex::new(CommLabels::new(usize::MAX))));
+    let store = StatsStore::new(
+        probe.take_aggregates()?,
+        Arc::new(Mutex::new(CommLabels::new(usize::MAX))),
+        Arc::new(Mutex::new(crate::workloads::Workloads::disabled())),
+    );
     let ring = probe.take_events()?;
 
     let flags =

@@ -73,6 +73,16 @@ fn bench(call: &str, n: u64, rate: Option<u64>) -> (Duration, u64) {
                 });
                 (t, n)
             }
+            // A futex wait that returns at once (the word is not the value
+            // it waits for: EAGAIN): the wait path of the programs, where
+            // the stall captures note every wait while it lasts.
+            "futex_wait" => {
+                let word: u32 = 0;
+                let t = run(n, rate, || {
+                    libc::syscall(libc::SYS_futex, &word, libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, 1, 0);
+                });
+                (t, n)
+            }
             "openat" => {
                 let path = CString::new(format!("/tmp/sp-bench-{}", std::process::id())).unwrap();
                 let fd = libc::open(path.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o600);

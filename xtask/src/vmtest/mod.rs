@@ -70,6 +70,9 @@
 //! - kernels: the variant of the BPF programs follows the features the
 //!   kernel accepts (all fallbacks on 5.10), a kernel reporting 2.6 still
 //!   attaches, and each fallback forced alone counts exactly.
+//! - workloads: units, pods and containers (containerd and cri-o, both
+//!   cgroup drivers) named from real cgroups, with exact counts, a cgroup
+//!   gone before it was named, a process moving between cgroups.
 //! - prometheus.rs is left out whole: it needs Prometheus and python3.
 //!
 //! Each test runs as its own process (its start and end marked on the
@@ -80,7 +83,7 @@
 //! retried. Tests that read repository files find them at the path they
 //! were built in ([`initramfs::REPO_FILES`]).
 //!
-//! Time, boot to power-off for the 36 tests (34 when measured), on this project's 2-core
+//! Time, boot to power-off for the 37 tests (34 when measured), on this project's 2-core
 //! machine: 6.1 275-290 s and 6.12 190 s with the host otherwise quiet;
 //! 420 and 390 s with other builds competing for the cores. The boot itself
 //! takes about 5 s; a first run adds the kernels' download (seconds) and
@@ -171,6 +174,7 @@ const PLAN: &[(&str, &[&str])] = &[
             "every_way_of_stopping_detaches_everything",
         ],
     ),
+    ("workloads", &["units_pods_and_containers_are_named_with_exact_counts"]),
     (
         "kernels",
         &[

@@ -1,0 +1,281 @@
+//! Stall stack captures end to end (issue 13): the daemon sees a request
+//! thread's futex wait in the kernel's futex_waiting map while it lasts,
+//! reads the stalled process's stacks, and the futex_stall finding carries
+//! them: a Python stand-in whose main thread blocks in `infer()` on the
+//! model lock `load_weights()` holds, and a C program blocked in
+//! `wait_for_the_model_lock()` (frame pointers). Also: captures off, the
+//! per-process rate limit, and a process that exits mid-wait.
+//!
+//! The workloads (tests/workloads/stand_in_lock.py, lock_holder.c) take
+//! the hold times as an argument and start on SIGUSR1, so that the wait
+//! starts after the daemon is attached.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use sonic_probe_tests::{privileged, sonic_probe_bin, Daemon};
+
+fn workloads() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("workloads")
+}
+
+/// A workload started with its hold times, waiting for SIGUSR1 to stall.
+struct Stalling {
+    child: Child,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl Stalling {
+    fn start(mut cmd: Command) -> Stalling {
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start the workload");
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        out.read_line(&mut line).expect("ready line");
+        assert_eq!(line.trim(), "ready", "{cmd:?} did not start");
+        Stalling { child, out }
+    }
+
+    fn python(holds: &str) -> Stalling {
+        let mut cmd = Command::new("/usr/bin/python3");
+        cmd.arg(workloads().join("stand_in_lock.py")).arg(holds);
+        Stalling::start(cmd)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Lets it stall (SIGUSR1).
+    fn go(&self) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.pid() as i32, libc::SIGUSR1) };
+    }
+
+    /// Waits for its "done" line (every round over).
+    fn done(mut self) {
+        let mut line = String::new();
+        self.out.read_line(&mut line).expect("done line");
+        assert_eq!(line.trim(), "done");
+    }
+}
+
+impl Drop for Stalling {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The line of `needle` in `infer()`'s body of the stand-in (1-based).
+fn line_of(file: &str, after: &str, needle: &str) -> u64 {
+    let text = std::fs::read_to_string(workloads().join(file)).unwrap();
+    let start = text.lines().position(|l| l.contains(after)).expect("function in the workload");
+    let i = text.lines().skip(start).position(|l| l.contains(needle)).expect("line in the function");
+    (start + i + 1) as u64
+}
+
+fn stall_of(findings: &[Value], pid: u32) -> Option<Value> {
+    findings.iter().find(|f| f["kind"] == "futex_stall" && f["pid"] == pid).cloned()
+}
+
+/// The futex_stall finding of `pid` once its `count` stalls are in.
+fn wait_stall(d: &Daemon, pid: u32, count: u64) -> Value {
+    let f = d.findings_when(|f| stall_of(f, pid).is_some_and(|s| s["count"].as_u64() >= Some(count)));
+    stall_of(&f, pid).unwrap_or_else(|| panic!("no futex_stall finding of {pid}: {f:#?}"))
+}
+
+fn functions(stack: &Value) -> Vec<String> {
+    stack.as_array().map_or_else(Vec::new, |a| {
+        a.iter().map(|f| f["function"].as_str().unwrap_or("").to_string()).collect()
+    })
+}
+
+fn captures(d: &Daemon, result: &str) -> f64 {
+    d.metrics().get("sonic_probe_stack_captures_total", &[("result", result)]).unwrap_or(-1.0)
+}
+
+fn total_captures(d: &Daemon) -> f64 {
+    ["ok", "partial", "no_python", "gone", "unreadable", "rate_limited", "error"]
+        .iter()
+        .map(|r| captures(d, r))
+        .sum()
+}
+
+/// `sonic-probe findings` (the table), with extra arguments.
+fn table(d: &Daemon, extra: &[&str]) -> String {
+    let o = Command::new(sonic_probe_bin())
+        .args(["findings", "--url", &format!("http://{}", d.addr)])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn a_python_stall_names_the_waiting_and_the_holding_function() {
+    if !privileged("a_python_stall_names_the_waiting_and_the_holding_function") {
+        return;
+    }
+    let w = Stalling::python("1.5");
+    let pid = w.pid().to_string();
+    let d = Daemon::start(&["--pid", &pid, "--stall-threshold", "300ms"]);
+    let rss_before = sonic_probe_tests::rss_bytes(d.pid());
+    w.go();
+    let pid = w.pid();
+    let s = wait_stall(&d, pid, 1);
+    w.done();
+    // What a capture reads (the interpreter's symbols) is handed back after
+    // it (malloc_trim): the daemon's memory stays where it was.
+    let rss_after = sonic_probe_tests::rss_bytes(d.pid());
+    assert!(
+        rss_after <= rss_before + (8 << 20),
+        "daemon RSS {} KiB before the capture, {} KiB after",
+        rss_before / 1024,
+        rss_after / 1024
+    );
+    let with_line = line_of("stand_in_lock.py", "def infer", "with model_lock:");
+    let stack = s["stack"].as_array().unwrap_or_else(|| panic!("no stack: {s:#}"));
+    let infer = stack.iter().find(|f| f["function"] == "infer").unwrap_or_else(|| panic!("{s:#}"));
+    assert_eq!(infer["kind"], "python", "{s:#}");
+    assert!(infer["file"].as_str().unwrap_or("").ends_with("stand_in_lock.py"), "{s:#}");
+    assert_eq!(infer["line"].as_u64(), Some(with_line), "the `with model_lock:` line: {s:#}");
+    assert!(functions(&s["waker_stack"]).contains(&"load_weights".to_string()), "{s:#}");
+    let note = s["stack_note"].as_str().unwrap_or("");
+    assert!(note.contains("s into the wait"), "{s:#}");
+    // One capture, counted once.
+    let scrape = d.metrics().text;
+    let counts: Vec<&str> =
+        scrape.lines().filter(|l| l.starts_with("sonic_probe_stack_captures_total")).collect();
+    assert_eq!(total_captures(&d), 1.0, "{counts:?}");
+    assert_eq!(captures(&d, "ok") + captures(&d, "partial"), 1.0);
+    // Its time is counted: more than nothing, less than the 1 s budget of
+    // the Python reader plus the native unwind.
+    let spent = d.metrics().get("sonic_probe_stack_capture_seconds_total", &[]).unwrap();
+    assert!(spent > 0.0 && spent < 3.0, "capture took {spent} s");
+
+    let t = table(&d, &[]);
+    let row = t.lines().find(|l| l.starts_with("futex_stall") && l.contains(&format!(" {pid} "))).unwrap();
+    assert!(row.contains(&format!("infer() at stand_in_lock.py:{with_line} waits")), "{t}");
+    assert!(row.contains("load_weights() at stand_in_lock.py:") && row.ends_with(" holds"), "{t}");
+    let full = table(&d, &["--stacks"]);
+    assert!(full.contains("    waiting thread (tid ") && full.contains("    waker (tid "), "{full}");
+    assert!(full.contains("py     infer  ") && full.contains("stand_in_lock.py:"), "{full}");
+}
+
+#[test]
+fn a_native_stall_names_the_c_function() {
+    if !privileged("a_native_stall_names_the_c_function") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("sp-stacks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join("lock_holder");
+    let o = Command::new("cc")
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(workloads().join("lock_holder.c"))
+        .output()
+        .expect("cc");
+    assert!(o.status.success(), "cc: {}", String::from_utf8_lossy(&o.stderr));
+    let mut cmd = Command::new(&bin);
+    cmd.arg("1.5");
+    let w = Stalling::start(cmd);
+    let pid = w.pid().to_string();
+    let d = Daemon::start(&["--pid", &pid, "--stall-threshold", "300ms"]);
+    w.go();
+    let pid = w.pid();
+    let s = wait_stall(&d, pid, 1);
+    w.done();
+    let stack = s["stack"].as_array().unwrap_or_else(|| panic!("no stack: {s:#}"));
+    let f =
+        stack.iter().find(|f| f["function"] == "wait_for_the_model_lock").unwrap_or_else(|| panic!("{s:#}"));
+    assert_eq!(f["kind"], "native", "{s:#}");
+    assert_eq!(captures(&d, "no_python"), 1.0, "a C program: native stack only");
+    let note = s["stack_note"].as_str().unwrap_or("");
+    assert!(note.contains("python: no_python"), "{s:#}");
+    let t = table(&d, &[]);
+    assert!(t.contains("wait_for_the_model_lock() "), "{t}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn captures_off_leave_findings_as_they_were() {
+    if !privileged("captures_off_leave_findings_as_they_were") {
+        return;
+    }
+    let w = Stalling::python("1");
+    let pid = w.pid().to_string();
+    let d = Daemon::start(&["--pid", &pid, "--stall-threshold", "300ms", "--stack-captures", "off"]);
+    w.go();
+    let pid = w.pid();
+    let s = wait_stall(&d, pid, 1);
+    w.done();
+    for key in ["stack", "waker_stack", "stack_note"] {
+        assert!(s.get(key).is_none(), "{key} with captures off: {s:#}");
+    }
+    assert_eq!(total_captures(&d), 0.0);
+}
+
+#[test]
+fn a_second_stall_within_the_interval_is_rate_limited() {
+    if !privileged("a_second_stall_within_the_interval_is_rate_limited") {
+        return;
+    }
+    // Two stalls of the main thread, the second longer: the finding shows
+    // the longest, whose capture was refused.
+    let w = Stalling::python("0.8,1.4");
+    let pid = w.pid().to_string();
+    let d = Daemon::start(&["--pid", &pid, "--stall-threshold", "300ms", "--stack-capture-interval", "10s"]);
+    w.go();
+    let pid = w.pid();
+    let s = wait_stall(&d, pid, 2);
+    w.done();
+    assert_eq!(s["count"], 2, "{s:#}");
+    assert!(s["stack_note"].as_str().unwrap_or("").starts_with("rate_limited"), "{s:#}");
+    assert!(s.get("stack").is_none(), "{s:#}");
+    assert_eq!(captures(&d, "rate_limited"), 1.0);
+    assert_eq!(total_captures(&d), 2.0);
+    let t = table(&d, &[]);
+    assert!(t.contains("no stack: rate_limited"), "{t}");
+}
+
+#[test]
+fn a_process_that_exits_mid_wait_harms_nothing() {
+    if !privileged("a_process_that_exits_mid_wait_harms_nothing") {
+        return;
+    }
+    let mut pids = Vec::new();
+    let mut ws = Vec::new();
+    for _ in 0..3 {
+        let w = Stalling::python("5");
+        pids.push(w.pid().to_string());
+        ws.push(w);
+    }
+    let mut args = vec!["--stall-threshold", "200ms"];
+    for p in &pids {
+        args.extend(["--pid", p.as_str()]);
+    }
+    let d = Daemon::start(&args);
+    // Killed before, around and after the capture.
+    for (w, after) in ws.into_iter().zip([100u64, 200, 600]) {
+        w.go();
+        std::thread::sleep(Duration::from_millis(after));
+        drop(w);
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        assert_eq!(d.get("/healthz").0, 200);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Nothing stalled to the end: no finding, and the daemon serves on.
+    let f = d.findings();
+    assert!(pids.iter().all(|p| stall_of(&f, p.parse().unwrap()).is_none()), "{f:#?}");
+    assert!(total_captures(&d) <= 3.0);
+    assert_eq!(d.metrics().get("sonic_probe_bpf_programs_attached", &[]), Some(5.0));
+}
