@@ -106,6 +106,23 @@ pub fn cgroup2_mount() -> Option<PathBuf> {
     })
 }
 
+/// Fails unless `promtool check metrics` (of the prometheus package the
+/// test command installs) finds nothing at all to say about a scrape.
+pub fn assert_promtool_accepts(scrape: &str) {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (apt-get install prometheus)");
+    child.stdin.take().expect("piped stdin").write_all(scrape.as_bytes()).expect("write to promtool");
+    let out = child.wait_with_output().expect("promtool ran");
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && said.trim().is_empty(), "promtool check metrics:\n{said}");
+}
+
 /// A name unique to this test run (for comm labels), at most 15 bytes.
 pub fn unique_name(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};

@@ -106,6 +106,22 @@ pub enum Tracer {
 }
 
 impl Tracer {
+    /// Every tracer `cargo xtask bench` runs (the breakdown's are added by
+    /// the report itself), in the report's order.
+    pub const ALL: &'static [Tracer] = &[
+        Tracer::None,
+        Tracer::Floor,
+        Tracer::Minimal,
+        Tracer::SonicRun,
+        Tracer::SonicRunFallback,
+        Tracer::SonicRunNoWorkloads,
+        Tracer::SonicRunNoCaptures,
+        Tracer::SonicTrace,
+        Tracer::Bpftrace,
+        Tracer::PerfTrace,
+        Tracer::Strace,
+    ];
+
     /// Name for --only.
     pub fn short(self) -> &'static str {
         match self {

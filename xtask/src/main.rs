@@ -359,20 +359,7 @@ fn failed_calls(url: &str) -> Result<(u64, usize)> {
 }
 
 fn bench_task(args: &[String]) -> Result<()> {
-    use bench::Tracer::*;
-    let all = [
-        None,
-        Floor,
-        Minimal,
-        SonicRun,
-        SonicRunFallback,
-        SonicRunNoWorkloads,
-        SonicRunNoCaptures,
-        SonicTrace,
-        Bpftrace,
-        PerfTrace,
-        Strace,
-    ];
+    let all = bench::Tracer::ALL;
     // --only none,floor,run: a subset (for quick comparisons while optimizing).
     let tracers: Vec<bench::Tracer> =
         match args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)) {
@@ -386,7 +373,7 @@ fn bench_task(args: &[String]) -> Result<()> {
                 }
                 all.iter().copied().filter(|t| names.contains(&t.short())).collect()
             }
-            Option::None => all.to_vec(),
+            None => all.to_vec(),
         };
     setup(true)?;
     if !is_root() {
