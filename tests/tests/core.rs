@@ -349,6 +349,27 @@ fn names_beyond_max_comms_are_exported_as_other() {
     assert_eq!(m.get("sonic_probe_comm_labels", &[]), Some(1.0));
 }
 
+/// The kernel caches each thread's statistics slots (stats.h); a process
+/// that renames itself must count under each name exactly, also when it
+/// takes back its first name.
+#[test]
+fn a_renamed_process_counts_under_each_name_exactly() {
+    if !privileged("a_renamed_process_counts_under_each_name_exactly") {
+        return;
+    }
+    let (a, b) = (unique_name("spr"), unique_name("sps"));
+    let n = 100;
+    let w = Workload::start(Some(&a), &["rename", &b, &n.to_string()]);
+    let d = Daemon::start(&["--pid", &w.pid().to_string()]);
+    assert!(w.go().success());
+    let m = d.metrics();
+    // n reads, and n more after the name came back (the go read began
+    // before the daemon attached: not seen).
+    assert_eq!(m.calls("read", &a), 2 * n);
+    assert_eq!(m.calls("read", &b), 3 * n);
+    assert_eq!(m.sum("sonic_probe_aggregation_overflow_total", &[("map", "syscall_stats")]), 0.0);
+}
+
 #[test]
 fn bpf_run_time_statistics_with_bpf_stats() {
     if !privileged("bpf_run_time_statistics_with_bpf_stats") {

@@ -98,6 +98,9 @@ pub enum Tracer {
     /// sonic-probe run --stack-captures off: what the in-flight futex wait
     /// entries of the stall captures add, by difference with SonicRun.
     SonicRunNoCaptures,
+    /// sonic-probe run of an earlier build ($SONIC_PROBE_BENCH_BASELINE),
+    /// side by side with this one: what a change to the programs bought.
+    SonicRunBaseline,
     SonicTrace,
     Bpftrace,
     PerfTrace,
@@ -118,6 +121,7 @@ impl Tracer {
         Tracer::SonicRunFallback,
         Tracer::SonicRunNoWorkloads,
         Tracer::SonicRunNoCaptures,
+        Tracer::SonicRunBaseline,
         Tracer::SonicTrace,
         Tracer::Bpftrace,
         Tracer::PerfTrace,
@@ -134,6 +138,7 @@ impl Tracer {
             Tracer::SonicRunFallback => "run-fallback",
             Tracer::SonicRunNoWorkloads => "run-no-workloads",
             Tracer::SonicRunNoCaptures => "run-no-captures",
+            Tracer::SonicRunBaseline => "run-baseline",
             Tracer::SonicTrace => "trace",
             Tracer::Bpftrace => "bpftrace",
             Tracer::PerfTrace => "perf",
@@ -155,6 +160,7 @@ impl Tracer {
             Tracer::SonicRunFallback => "sonic-probe run, every fallback (as on 5.10)",
             Tracer::SonicRunNoWorkloads => "sonic-probe run --workload-from none",
             Tracer::SonicRunNoCaptures => "sonic-probe run --stack-captures off",
+            Tracer::SonicRunBaseline => "sonic-probe run, baseline build ($SONIC_PROBE_BENCH_BASELINE)",
             Tracer::SonicTrace => "sonic-probe trace",
             Tracer::Bpftrace => "bpftrace (latency histograms)",
             Tracer::PerfTrace => "perf trace -s",
@@ -188,6 +194,11 @@ impl Tracer {
     fn kernel_only(self) -> bool {
         matches!(self, Tracer::MinimalWithout(_))
     }
+}
+
+/// The earlier build the tracer run-baseline runs, if one is given.
+pub fn baseline_binary() -> Option<PathBuf> {
+    std::env::var_os("SONIC_PROBE_BENCH_BASELINE").map(PathBuf::from)
 }
 
 /// Iterations per kernel-side sample: per-invocation averages settle fast.
@@ -568,8 +579,15 @@ impl Bench {
             Tracer::SonicRun
             | Tracer::SonicRunFallback
             | Tracer::SonicRunNoWorkloads
-            | Tracer::SonicRunNoCaptures => {
-                let mut c = Command::new(&self.sonic);
+            | Tracer::SonicRunNoCaptures
+            | Tracer::SonicRunBaseline => {
+                let mut c = if t == Tracer::SonicRunBaseline {
+                    Command::new(baseline_binary().context(
+                        "bench run-baseline: set SONIC_PROBE_BENCH_BASELINE to an earlier build's sonic-probe",
+                    )?)
+                } else {
+                    Command::new(&self.sonic)
+                };
                 c.args(["run", "--listen", "127.0.0.1:0"]);
                 if t == Tracer::SonicRunFallback {
                     c.env("SONIC_PROBE_FALLBACK", "all");

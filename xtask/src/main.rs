@@ -39,7 +39,7 @@ tasks:
                  kernels (vmtest)
   demo           run the daemon against a faulty stand-in of the Sonic service
                  (tests/workloads/sonic_sim.py) and print what it found (needs root)
-  bench [--smoke] [--rounds N] [--only none,floor,minimal,run,run-fallback,run-no-workloads,run-no-captures,trace,bpftrace,perf,strace]
+  bench [--smoke] [--rounds N] [--only none,floor,minimal,run,run-fallback,run-no-workloads,run-no-captures,run-baseline,trace,bpftrace,perf,strace]
                  measure the cost per call of sonic-probe (its fast programs and
                  the fallbacks older kernels get) against no tracer, the
                  floor (empty BPF programs), a minimal exact latency histogram,
@@ -48,7 +48,9 @@ tasks:
                  the wall clock (benchmark and tracer pinned to different CPUs);
                  where the minimal's time goes, by removal; the machine's facts;
                  the daemon's CPU, memory, start time and scaling; writes
-                 target/bench/report.md (needs root; 7 rounds by default)
+                 target/bench/report.md (needs root; 7 rounds by default).
+                 SONIC_PROBE_BENCH_BASELINE=PATH adds run-baseline: `run` of an
+                 earlier build at PATH, side by side with this one
   package        build the Debian package (cargo-deb), install it with dpkg, check
                  it (binary, unit enabled, config valid), then purge it; --keep keeps it
   vmtest [--kernel 5.10|6.1|6.12|all] [--env NAME=VALUE]... [--timeout SECS]
@@ -373,7 +375,12 @@ fn bench_task(args: &[String]) -> Result<()> {
                 }
                 all.iter().copied().filter(|t| names.contains(&t.short())).collect()
             }
-            None => all.to_vec(),
+            // The baseline only when there is one to run.
+            None => all
+                .iter()
+                .copied()
+                .filter(|t| *t != bench::Tracer::SonicRunBaseline || bench::baseline_binary().is_some())
+                .collect(),
         };
     setup(true)?;
     if !is_root() {

@@ -13,6 +13,10 @@
 //!                              saw it blocked (in /proc)
 //!   io PATH                    the fixed sequence of workload::io (pread64,
 //!                              write, ioctl) on PATH, a pipe and /dev/null
+//!   rename NAME N              N reads of /dev/zero, then under the process
+//!                              name NAME 3*N reads, then under the first
+//!                              name again N reads (the kernel's slot cache
+//!                              follows the name)
 //!   idle                       nothing after the go signal
 //!
 //! Calls go straight to libc (no allocation, no std I/O) after the go
@@ -197,6 +201,7 @@ fn main() {
         "spawn" => (num(1), num(2), num(3), 0),
         "futex-wait" => (0, 0, 0, num(1)),
         "stall" => (0, 0, 0, num(2)),
+        "rename" => (0, 0, num(2), 0),
         "exact" | "idle" | "io" => (0, 0, 0, 0),
         other => die(&format!("unknown mode {other}")),
     };
@@ -211,7 +216,15 @@ fn main() {
     } else {
         -1
     };
-    let zero_fd = if mode == "spawn" {
+    let first_name = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+    let names = if mode == "rename" {
+        let second =
+            CString::new(args.get(1).cloned().unwrap_or_default()).unwrap_or_else(|_| die("bad name"));
+        Some((second, CString::new(first_name.trim_end()).unwrap_or_else(|_| die("bad name"))))
+    } else {
+        None
+    };
+    let zero_fd = if mode == "spawn" || mode == "rename" {
         // SAFETY: valid NUL-terminated path.
         unsafe { libc::open(zero.as_ptr(), libc::O_RDONLY) }
     } else {
@@ -225,6 +238,17 @@ fn main() {
 
     match mode.as_str() {
         // SAFETY (all modes): raw system calls on our own buffers and fds.
+        "rename" => unsafe {
+            let (second, first) = names.as_ref().unwrap_or_else(|| die("no names"));
+            for (name, n) in [(None, reads), (Some(second), 3 * reads), (Some(first), reads)] {
+                if let Some(name) = name {
+                    libc::prctl(libc::PR_SET_NAME, name.as_ptr());
+                }
+                for _ in 0..n {
+                    libc::read(zero_fd, buf(), 64);
+                }
+            }
+        },
         "exact" => unsafe {
             let zfd = libc::open(zero.as_ptr(), libc::O_RDONLY);
             for _ in 0..exact::DEV_NULL_OPENS {
