@@ -213,7 +213,7 @@ mod tests {
     }
 
     #[test]
-    fn a_consumer_error_stops_the_drain() {
+    fn a_consumer_error_is_passed_back_to_the_drain() {
         let stats = ReaderStats::default();
         let mut consume = |_: Event| Err::<(), _>(anyhow::anyhow!("cannot write"));
         assert!(pass_on(read_call().as_bytes(), &stats, &mut consume).is_err());

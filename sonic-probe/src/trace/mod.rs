@@ -2,11 +2,15 @@
 //! `-e trace=`, `-o`, `-c`) on sonic-probe's BPF programs.
 //!
 //! In this mode the kernel sends every call of the traced processes and
-//! syscalls through the ring buffer (probe_config.trace_mask) and the loop
-//! here prints each as strace would ([`format`]); `-c` needs no events at
-//! all: it prints the kernel's exact counts ([`summary`]). A loss is never
-//! silent: when the kernel could not send events, a `+++ lost N events +++`
-//! line marks the place, and the total is printed at the end.
+//! syscalls through the ring buffer (probe_config.trace_mask); the daemon's
+//! reader ([`RingReader`]) drains and decodes it, and the loop here prints
+//! each event as strace would ([`format`]); `-c` needs no events at all: it
+//! prints the kernel's exact counts ([`summary`]). The pids of `-p` are
+//! checked as `run --pid`'s are, and the programs' settings come from the
+//! same builder as the daemon's. A loss is never silent: when the kernel
+//! could not send events, a `+++ lost N events +++` line marks the place,
+//! and the total is printed at the end; records the reader could not decode
+//! are counted and their number printed at the end too.
 
 mod child;
 pub mod fds;
