@@ -36,7 +36,7 @@ use crate::{
     labels::CommLabels,
     metrics::{FindingsCollector, ProbeCollector},
     options::RunArgs,
-    probe::{Probe, TargetMaps},
+    probe::{Probe, ProbeConfigBuilder, TargetMaps},
     signals::ShutdownSignals,
     stats::StatsStore,
     workloads::Workloads,
@@ -158,26 +158,24 @@ pub fn check_config(args: &crate::cli::CheckConfigArgs) -> Result<()> {
 
 /// The settings the BPF programs read from their `config` map.
 pub fn probe_config(config: &RunConfig) -> ProbeConfig {
-    ProbeConfig {
-        filter_flags: config.targets.filter_flags(),
-        cgroup_levels: config.targets.cgroup_levels(),
+    ProbeConfigBuilder::new()
+        .targets(config.targets.filter_flags(), config.targets.cgroup_levels())
+        .syscalls(config.syscalls)
         // Failed calls of the rows that say so (not futex: EAGAIN, ETIMEDOUT
         // and EINTR are its control flow, counted, not sent one by one).
-        error_event_mask: mask_of(SYSCALLS.iter().filter(|s| s.error_events).map(|s| s.index)),
-        path_events: 1,
-        slow_call_ns: u64::try_from(config.kernel_slow_threshold().as_nanos()).unwrap_or(u64::MAX),
-        large_size: config.large_map_bytes,
-        small_size: config.small_read_bytes,
-        wakeup_bytes: u64::from(config.ringbuf_bytes / 4),
-        syscall_mask: config.syscalls,
-        workload_cgroups: u32::from(config.workloads.enabled()),
-        inflight_waits: match (config.stack_captures, config.findings.stall_threads.is_empty()) {
+        .failed_calls_of(mask_of(SYSCALLS.iter().filter(|s| s.error_events).map(|s| s.index)))
+        .with_paths()
+        .slow_calls(config.kernel_slow_threshold())
+        .large_calls(config.large_map_bytes)
+        .small_calls(config.small_read_bytes)
+        .wakeup_at(config.ringbuf_bytes, 4)
+        .workload_cgroups(config.workloads.enabled())
+        .inflight_waits(match (config.stack_captures, config.findings.stall_threads.is_empty()) {
             (false, _) => 0,
             (true, true) => sonic_probe_common::INFLIGHT_MAIN_THREADS,
             (true, false) => sonic_probe_common::INFLIGHT_ALL_THREADS,
-        },
-        ..crate::probe::base_config()
-    }
+        })
+        .build()
 }
 
 async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -> Result<()> {

@@ -44,10 +44,9 @@ pub struct CgroupTarget {
 
 impl Targets {
     pub fn resolve(pids: &[i64], comms: &[String], cgroups: &[String]) -> Result<Self> {
-        let me = std::process::id();
         let mut t = Targets::default();
         for &pid in pids {
-            let p = resolve_pid(pid, me)?;
+            let p = PidTarget::check("--pid", pid)?;
             if !t.pids.iter().any(|q| q.tgid == p.tgid) {
                 t.pids.push(p);
             }
@@ -110,23 +109,40 @@ impl Targets {
     }
 }
 
-fn resolve_pid(pid: i64, me: u32) -> Result<PidTarget> {
-    let max = procfs::pid_max();
-    if pid <= 0 {
-        return Err(Error::usage(format!("--pid {pid}: a process id is a positive number")));
+impl PidTarget {
+    /// A process id the user gave (`run --pid`, `trace -p`), checked: in
+    /// range (0 < pid < pid_max), a live process or thread, not sonic-probe
+    /// itself. `flag` names the option in the error.
+    pub fn check(flag: &str, pid: i64) -> Result<Self> {
+        Self::check_against(flag, pid, std::process::id())
     }
-    if pid >= i64::from(max) {
-        return Err(Error::usage(format!(
-            "--pid {pid}: larger than the kernel's pid_max ({max}), no such process"
-        )));
+
+    /// The same from the text of one id (`trace -p 12,34` gives two).
+    pub fn parse(flag: &str, text: &str) -> Result<Self> {
+        let pid =
+            text.trim().parse().map_err(|_| Error::usage(format!("{flag} {text}: not a process id")))?;
+        Self::check(flag, pid)
     }
-    let requested = pid as u32;
-    let tgid =
-        procfs::tgid_of(requested).map_err(|_| Error::usage(format!("--pid {pid}: no such process")))?;
-    if tgid == me {
-        return Err(Error::usage(format!("--pid {pid}: that is sonic-probe itself")));
+
+    /// [`PidTarget::check`], with `me` the process that may not be a target.
+    fn check_against(flag: &str, pid: i64, me: u32) -> Result<Self> {
+        let max = procfs::pid_max();
+        if pid <= 0 {
+            return Err(Error::usage(format!("{flag} {pid}: a process id is a positive number")));
+        }
+        if pid >= i64::from(max) {
+            return Err(Error::usage(format!(
+                "{flag} {pid}: larger than the kernel's pid_max ({max}), no such process"
+            )));
+        }
+        let requested = pid as u32;
+        let tgid =
+            procfs::tgid_of(requested).map_err(|_| Error::usage(format!("{flag} {pid}: no such process")))?;
+        if tgid == me {
+            return Err(Error::usage(format!("{flag} {pid}: that is sonic-probe itself")));
+        }
+        Ok(PidTarget { requested, tgid })
     }
-    Ok(PidTarget { requested, tgid })
 }
 
 fn check_comm(name: &str) -> Result<String> {
@@ -186,11 +202,23 @@ mod tests {
     fn pids_are_checked() {
         let me = std::process::id();
         for bad in [0, -1, i64::from(u32::MAX) + 5] {
-            assert!(matches!(resolve_pid(bad, me), Err(Error::Usage(_))), "{bad}");
+            assert!(matches!(PidTarget::check_against("--pid", bad, me), Err(Error::Usage(_))), "{bad}");
         }
-        assert!(matches!(resolve_pid(i64::from(me), me), Err(Error::Usage(_))));
+        assert!(matches!(PidTarget::check_against("--pid", i64::from(me), me), Err(Error::Usage(_))));
         // pid 1 exists on every Linux host.
-        assert_eq!(resolve_pid(1, me).unwrap(), PidTarget { requested: 1, tgid: 1 });
+        assert_eq!(PidTarget::check_against("--pid", 1, me).unwrap(), PidTarget { requested: 1, tgid: 1 });
+    }
+
+    #[test]
+    fn pids_are_parsed_and_named_by_their_flag() {
+        assert_eq!(PidTarget::parse("-p", " 1").unwrap(), PidTarget { requested: 1, tgid: 1 });
+        let msg = |r: Result<PidTarget>| r.unwrap_err().to_string();
+        assert_eq!(msg(PidTarget::parse("-p", "abc")), "-p abc: not a process id");
+        assert_eq!(msg(PidTarget::parse("-p", "0")), "-p 0: a process id is a positive number");
+        assert_eq!(
+            msg(PidTarget::parse("-p", &std::process::id().to_string())),
+            format!("-p {}: that is sonic-probe itself", std::process::id())
+        );
     }
 
     #[test]
@@ -201,7 +229,7 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(200));
         });
         let tid = rx.recv().unwrap();
-        let p = resolve_pid(i64::from(tid), 1).unwrap();
+        let p = PidTarget::check_against("--pid", i64::from(tid), 1).unwrap();
         assert_eq!(p.tgid, std::process::id());
         assert_eq!(p.requested, tid);
         h.join().unwrap();

@@ -6,8 +6,9 @@
 //! detaches every program and frees every map: nothing is pinned, so nothing
 //! outlives the process, even after SIGKILL.
 
+mod config_builder;
 mod features;
-mod files;
+mod open_files;
 mod target_maps;
 
 use std::os::fd::OwnedFd;
@@ -24,8 +25,9 @@ use sonic_probe_common::{
 };
 use sonic_probe_ebpf::{maps, ProgramGroup, Variant, PROGRAMS};
 
+pub use config_builder::ProbeConfigBuilder;
 pub use features::{Fallbacks, KernelFeatures, FALLBACK_ENV};
-pub use files::OpenFiles;
+pub use open_files::OpenFiles;
 pub use target_maps::TargetMaps;
 
 #[derive(Debug, thiserror::Error)]
@@ -312,18 +314,6 @@ impl Probe {
                 Some(ProgramStats { name, run_time: info.run_time(), run_count: info.run_count() })
             })
             .collect()
-    }
-}
-
-/// The part of the programs' settings every command fills in alike: our
-/// own process (never traced), the CPUs, the GPU drivers' device majors;
-/// nothing traced, nothing sent. `run` and `trace` set the rest over it.
-pub fn base_config() -> ProbeConfig {
-    ProbeConfig {
-        self_tgid: std::process::id(),
-        nr_cpus: aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1),
-        gpu_majors: crate::procfs::gpu_majors(),
-        ..ProbeConfig::zeroed()
     }
 }
 

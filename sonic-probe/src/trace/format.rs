@@ -20,8 +20,8 @@ use sonic_probe_common::{
 };
 
 use super::{
-    args,
     fds::{FdNames, FileId},
+    syscall_args,
 };
 use crate::{
     events::{Call, ProcessChange},
@@ -130,19 +130,19 @@ impl Formatter {
                 Arg::Fd => self.fd(c.tgid(), v, names, FileId::of(c)),
                 Arg::DirFd => self.dirfd(c.tgid(), v, names),
                 Arg::Path => self.path(c, v),
-                Arg::Addr => args::addr(v),
+                Arg::Addr => syscall_args::addr(v),
                 Arg::Unsigned => v.to_string(),
                 Arg::Signed => (v as i64).to_string(),
                 Arg::U32 => (v as u32).to_string(),
-                Arg::Hex => args::hex(v),
-                Arg::OpenFlags => args::open_flags(v),
-                Arg::OpenMode if i > 0 && args::open_has_mode(a[i - 1]) => args::mode(v),
+                Arg::Hex => syscall_args::hex(v),
+                Arg::OpenFlags => syscall_args::open_flags(v),
+                Arg::OpenMode if i > 0 && syscall_args::open_has_mode(a[i - 1]) => syscall_args::mode(v),
                 Arg::OpenMode => continue,
-                Arg::MmapProt => args::mmap_prot(v),
-                Arg::MmapFlags => args::mmap_flags(v),
-                Arg::HexOffset => args::hex(v),
-                Arg::Clock => args::clock(v),
-                Arg::IoctlRequest => args::ioctl_request(v as u32),
+                Arg::MmapProt => syscall_args::mmap_prot(v),
+                Arg::MmapFlags => syscall_args::mmap_flags(v),
+                Arg::HexOffset => syscall_args::hex(v),
+                Arg::Clock => syscall_args::clock(v),
+                Arg::IoctlRequest => syscall_args::ioctl_request(v as u32),
             });
         }
         out.join(", ")
@@ -152,10 +152,10 @@ impl Formatter {
     /// address when it could not be read).
     fn path(&self, c: &Call, addr: u64) -> String {
         match (&c.path, c.raw.reasons) {
-            (_, r) if r & EMIT_PATH_UNREADABLE != 0 => args::addr(addr),
-            (Some(p), r) if r & EMIT_PATH_TRUNCATED != 0 => format!("{}...", args::quote(p)),
-            (Some(p), _) => args::quote(p),
-            (None, _) => args::addr(addr),
+            (_, r) if r & EMIT_PATH_UNREADABLE != 0 => syscall_args::addr(addr),
+            (Some(p), r) if r & EMIT_PATH_TRUNCATED != 0 => format!("{}...", syscall_args::quote(p)),
+            (Some(p), _) => syscall_args::quote(p),
+            (None, _) => syscall_args::addr(addr),
         }
     }
 
@@ -167,31 +167,33 @@ impl Formatter {
             if a[3] == 0 {
                 "NULL".to_string()
             } else if c.raw.aux_kind == AUX_TIMESPEC {
-                args::timespec(c.raw.aux)
+                syscall_args::timespec(c.raw.aux)
             } else {
-                args::addr(a[3])
+                syscall_args::addr(a[3])
             }
         };
-        let head = format!("{}, {}", args::addr(a[0]), futex::op_name(a[1]));
+        let head = format!("{}, {}", syscall_args::addr(a[0]), futex::op_name(a[1]));
         let rest = match a[1] & futex::CMD_MASK {
             0 => format!("{val}, {}", timeout()),
             6 | 13 => timeout(),
-            9 => format!("{val}, {}, {}", timeout(), args::futex_bitset(val3)),
-            10 => format!("{val}, {}", args::futex_bitset(val3)),
-            3 => format!("{val}, {val2}, {}", args::addr(a[4])),
-            4 | 12 => format!("{val}, {val2}, {}, {val3}", args::addr(a[4])),
-            5 => format!("{val}, {val2}, {}, {}", args::addr(a[4]), args::futex_wake_op(val3)),
-            11 => format!("{val}, {}, {}", timeout(), args::addr(a[4])),
+            9 => format!("{val}, {}, {}", timeout(), syscall_args::futex_bitset(val3)),
+            10 => format!("{val}, {}", syscall_args::futex_bitset(val3)),
+            3 => format!("{val}, {val2}, {}", syscall_args::addr(a[4])),
+            4 | 12 => format!("{val}, {val2}, {}, {val3}", syscall_args::addr(a[4])),
+            5 => {
+                format!("{val}, {val2}, {}, {}", syscall_args::addr(a[4]), syscall_args::futex_wake_op(val3))
+            }
+            11 => format!("{val}, {}, {}", timeout(), syscall_args::addr(a[4])),
             1 | 2 => val.to_string(),
             7 | 8 => return head,
-            _ => format!("{val}, {}, {}, {val3:#x}", args::addr(a[3]), args::addr(a[4])),
+            _ => format!("{val}, {}, {}, {val3:#x}", syscall_args::addr(a[3]), syscall_args::addr(a[4])),
         };
         format!("{head}, {rest}")
     }
 
     fn result(&self, c: &Call, names: &FdNames) -> String {
         if let Some(e) = c.errno() {
-            return args::error(e);
+            return syscall_args::error(e);
         }
         let ret = c.raw.ret;
         match c.syscall().ret {

@@ -2,17 +2,21 @@
 //! `-e trace=`, `-o`, `-c`) on sonic-probe's BPF programs.
 //!
 //! In this mode the kernel sends every call of the traced processes and
-//! syscalls through the ring buffer (probe_config.trace_mask) and the loop
-//! here prints each as strace would ([`format`]); `-c` needs no events at
-//! all: it prints the kernel's exact counts ([`summary`]). A loss is never
-//! silent: when the kernel could not send events, a `+++ lost N events +++`
-//! line marks the place, and the total is printed at the end.
+//! syscalls through the ring buffer (probe_config.trace_mask); the daemon's
+//! reader ([`RingReader`]) drains and decodes it, and the loop here prints
+//! each event as strace would ([`format`]); `-c` needs no events at all: it
+//! prints the kernel's exact counts ([`summary`]). The pids of `-p` are
+//! checked as `run --pid`'s are, and the programs' settings come from the
+//! same builder as the daemon's. A loss is never silent: when the kernel
+//! could not send events, a `+++ lost N events +++` line marks the place,
+//! and the total is printed at the end; records the reader could not decode
+//! are counted and their number printed at the end too.
 
-pub mod args;
 mod child;
 pub mod fds;
 pub mod format;
 pub mod summary;
+pub mod syscall_args;
 
 use std::{
     collections::HashSet,
@@ -30,16 +34,19 @@ use sonic_probe_common::{
     TARGET_PID, TARGET_THREADS_ONLY,
 };
 use sonic_probe_ebpf::ProgramGroup;
-use tokio::io::unix::AsyncFd;
 
 use crate::{
     cli::TraceArgs,
     error::{Error, Result},
-    events::{decode as decode_event, Event, ProcessKind},
+    events::{
+        reader::{ReaderStats, RingReader, Wakeup},
+        Event, ProcessKind,
+    },
     labels::CommLabels,
-    probe::Probe,
+    probe::{Probe, ProbeConfigBuilder},
     procfs,
     stats::{call_count, StatsStore},
+    targets::PidTarget,
 };
 use child::WaitingChild;
 use fds::FdNames;
@@ -48,8 +55,7 @@ use format::{Formatter, Style};
 /// What to trace: running processes, or a command started here.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
-    /// (requested id, its process).
-    Pids(Vec<(u32, u32)>),
+    Pids(Vec<PidTarget>),
     Command(Vec<String>),
 }
 
@@ -105,25 +111,13 @@ impl TraceOptions {
         let target = match (a.pids.is_empty(), a.command.is_empty()) {
             (true, true) => return Err(Error::usage("trace: give -p PID or -- COMMAND")),
             (false, false) => return Err(Error::usage("trace: give -p PID or -- COMMAND, not both")),
-            (false, true) => {
-                let mut pids = Vec::new();
-                for item in a.pids.iter().flat_map(|p| p.split(',')) {
-                    let pid: i64 = item
-                        .trim()
-                        .parse()
-                        .map_err(|_| Error::usage(format!("-p {item}: not a process id")))?;
-                    if pid <= 0 || pid >= i64::from(procfs::pid_max()) {
-                        return Err(Error::usage(format!("-p {pid}: not a process id")));
-                    }
-                    let tgid = procfs::tgid_of(pid as u32)
-                        .map_err(|_| Error::usage(format!("-p {pid}: no such process")))?;
-                    if tgid == std::process::id() {
-                        return Err(Error::usage(format!("-p {pid}: that is sonic-probe itself")));
-                    }
-                    pids.push((pid as u32, tgid));
-                }
-                Target::Pids(pids)
-            }
+            (false, true) => Target::Pids(
+                a.pids
+                    .iter()
+                    .flat_map(|p| p.split(','))
+                    .map(|item| PidTarget::parse("-p", item))
+                    .collect::<Result<_>>()?,
+            ),
             (true, false) => Target::Command(a.command.clone()),
         };
         if a.time > 3 {
@@ -157,7 +151,23 @@ impl TraceOptions {
         }
         m
     }
+
+    /// The programs' settings: the targets only, every call of the traced
+    /// syscalls sent, user space woken at an eighth of the ring.
+    fn probe_config(&self) -> ProbeConfig {
+        ProbeConfigBuilder::new()
+            .targets(FILTER_TARGETS, 0)
+            // The calls printed or counted (-c), and those -y follows.
+            .syscalls(self.syscalls | self.kernel_mask())
+            .every_call_of(self.kernel_mask())
+            .wakeup_at(self.ringbuf_bytes, 8)
+            .build()
+    }
 }
+
+/// How often the ring is drained when the kernel does not wake us (it
+/// submits silently until the ring is an eighth full): lines come soon.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 pub fn run(args: TraceArgs) -> Result<ExitCode> {
     let opts = TraceOptions::from_args(&args)?;
@@ -217,21 +227,10 @@ struct Printer<'a> {
     names: FdNames,
     out: Box<dyn Write>,
     opts: &'a TraceOptions,
-    /// Ring-buffer records that were not events of ours (never silently
-    /// dropped: the count is printed at the end).
-    undecodable: u64,
 }
 
 impl Printer<'_> {
-    fn handle(&mut self, record: &[u8]) -> Result<()> {
-        let ev = match decode_event(record) {
-            Ok(ev) => ev,
-            Err(e) => {
-                self.undecodable += 1;
-                tracing::debug!("undecodable ring buffer record: {e}");
-                return Ok(());
-            }
-        };
+    fn handle(&mut self, ev: Event) -> Result<()> {
         match ev {
             Event::Call(c) => {
                 self.names.before(&c);
@@ -264,14 +263,7 @@ async fn trace(opts: TraceOptions, mut child: Option<WaitingChild>) -> Result<Ex
     let out = output(&opts)?;
     let mut probe = Probe::load(opts.ringbuf_bytes, None)?;
     tracing::debug!("{}", probe.describe_kernel());
-    probe.set_config(&ProbeConfig {
-        filter_flags: FILTER_TARGETS,
-        trace_mask: opts.kernel_mask(),
-        wakeup_bytes: u64::from(opts.ringbuf_bytes / 8),
-        // The calls printed or counted (-c), and those -y follows.
-        syscall_mask: opts.syscalls | opts.kernel_mask(),
-        ..crate::probe::base_config()
-    })?;
+    probe.set_config(&opts.probe_config())?;
     let mut targets = probe.take_targets()?;
     let store = StatsStore::new(
         probe.take_aggregates()?,
@@ -282,15 +274,15 @@ async fn trace(opts: TraceOptions, mut child: Option<WaitingChild>) -> Result<Ex
 
     let flags =
         if opts.style.follow { TARGET_PID | TARGET_FOLLOW_FORKS } else { TARGET_PID | TARGET_THREADS_ONLY };
-    let roots: Vec<(u32, u32)> = match (&opts.target, &child) {
+    let roots: Vec<PidTarget> = match (&opts.target, &child) {
         (Target::Pids(p), _) => p.clone(),
-        (Target::Command(_), Some(c)) => vec![(c.pid(), c.pid())],
+        (Target::Command(_), Some(c)) => vec![PidTarget { requested: c.pid(), tgid: c.pid() }],
         (Target::Command(_), None) => unreachable!("the command was forked"),
     };
-    for &(requested, tgid) in &roots {
-        targets.add_process(tgid, flags)?;
+    for root in &roots {
+        targets.add_process(root.tgid, flags)?;
         if !opts.style.follow {
-            targets.add_thread(requested)?;
+            targets.add_thread(root.requested)?;
         }
     }
     let mut shutdown = crate::signals::ShutdownSignals::new()?;
@@ -299,61 +291,46 @@ async fn trace(opts: TraceOptions, mut child: Option<WaitingChild>) -> Result<Ex
     // What the roots hold now, before the command runs (it may be gone by
     // the time its lines are printed).
     let mut names = FdNames::default();
-    for &(_, tgid) in &roots {
-        names.snapshot(tgid);
+    for root in &roots {
+        names.snapshot(root.tgid);
     }
     if let Some(c) = child.as_mut() {
         c.release()?;
     } else {
-        for &(requested, _) in &roots {
-            eprintln!("sonic-probe: Process {requested} attached");
+        for root in &roots {
+            eprintln!("sonic-probe: Process {} attached", root.requested);
         }
     }
 
-    for &(_, tgid) in &roots {
+    for root in &roots {
         // The command starts in our directory; a running process in its own.
         let cwd = match &child {
             Some(_) => std::env::current_dir().ok().map(|d| d.to_string_lossy().into_owned()),
-            None => names.cwd(tgid),
+            None => names.cwd(root.tgid),
         };
         if let Some(cwd) = cwd {
-            names.set_cwd(tgid, cwd);
+            names.set_cwd(root.tgid, cwd);
         }
     }
     let mut printer = Printer {
-        live: roots.iter().map(|r| r.1).collect(),
+        live: roots.iter().map(|r| r.tgid).collect(),
         fmt: Formatter::new(opts.style),
         names,
         out,
         opts: &opts,
-        undecodable: 0,
     };
     let mut lost = Lost { reported: 0 };
-    // SAFETY: the RingBuf owns its map fd and keeps it open, unchanged, for
-    // as long as the AsyncFd owns the RingBuf.
-    let mut ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
-        .map_err(std::io::Error::from)
-        .context("cannot watch the ring buffer")?;
-    // The kernel submits silently until the ring is an eighth full: poll it.
-    let mut poll = tokio::time::interval(Duration::from_millis(10));
-    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Records it cannot decode are counted there, never dropped silently.
+    let reader_stats = Arc::new(ReaderStats::default());
+    let mut reader = RingReader::new(ring, POLL_INTERVAL, reader_stats.clone())?;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     let mut interrupted = false;
 
     while !printer.live.is_empty() {
         tokio::select! {
-            guard = ring.readable_mut() => {
-                let mut guard = guard.context("ring buffer")?;
-                while let Some(item) = guard.get_inner_mut().next() {
-                    printer.handle(&item)?;
-                }
-                guard.clear_ready();
-                lost.report(&store, &mut *printer.out).map_err(write_err)?;
-                printer.out.flush().map_err(write_err)?;
-            }
-            _ = poll.tick() => {
-                while let Some(item) = ring.get_mut().next() {
-                    printer.handle(&item)?;
+            wakeup = reader.wait_and_drain(|ev| printer.handle(ev)) => {
+                if wakeup? == Wakeup::Kernel {
+                    lost.report(&store, &mut *printer.out).map_err(write_err)?;
                 }
                 printer.out.flush().map_err(write_err)?;
             }
@@ -374,13 +351,11 @@ async fn trace(opts: TraceOptions, mut child: Option<WaitingChild>) -> Result<Ex
         }
     }
     // What the last processes sent before they went.
-    while let Some(item) = ring.get_mut().next() {
-        printer.handle(&item)?;
-    }
+    reader.drain(|ev| printer.handle(ev))?;
     lost.report(&store, &mut *printer.out).map_err(write_err)?;
-    let undecodable = printer.undecodable;
+    let undecodable = reader_stats.undecodable();
     let mut out = printer.out;
-    drop(ring);
+    drop(reader);
 
     if opts.summary {
         let snap = store.snapshot();
@@ -420,8 +395,8 @@ async fn trace(opts: TraceOptions, mut child: Option<WaitingChild>) -> Result<Ex
         None => 0,
     };
     if interrupted && child.is_none() {
-        for &(requested, _) in &roots {
-            eprintln!("sonic-probe: Process {requested} detached");
+        for root in &roots {
+            eprintln!("sonic-probe: Process {} detached", root.requested);
         }
     }
     Ok(ExitCode::from(code))
