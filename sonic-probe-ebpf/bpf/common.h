@@ -25,13 +25,21 @@ static __always_inline void read_comm(char dst[SP_COMM_LEN], const struct task_s
 	bpf_probe_read_kernel_str(dst, SP_COMM_LEN, task->comm);
 }
 
+/* The caller's cgroup as events and statistics key it: only with workloads on. */
+static __always_inline __u64 workload_of(const struct probe_config *cfg)
+{
+	return cfg->workload_cgroups ? bpf_get_current_cgroup_id() : 0;
+}
+
+/* cgroup: the caller's cgroup v2 id with workloads on (the statistics'
+ * key has it at hand), else 0. */
 static __always_inline void fill_header(struct event_header *h, __u32 kind, __u64 pid_tgid,
-					__u64 time_ns)
+					__u64 time_ns, __u64 cgroup)
 {
 	h->kind = kind;
 	h->tgid = pid_tgid >> 32;
 	h->tid = (__u32)pid_tgid;
 	h->cpu = bpf_get_smp_processor_id();
 	h->time_ns = time_ns;
-	h->cgroup = bpf_get_current_cgroup_id();
+	h->cgroup = cgroup;
 }

@@ -34,7 +34,7 @@ static __always_inline void fill_call(struct syscall_event *ev, const struct thr
 				      const struct stats_key *key, const struct call_info *c,
 				      const struct futex_wake *waker)
 {
-	fill_header(&ev->header, SP_EVENT_SYSCALL, c->pid_tgid, st->start_ns);
+	fill_header(&ev->header, SP_EVENT_SYSCALL, c->pid_tgid, st->start_ns, key->cgroup);
 	ev->syscall = st->syscall;
 	ev->reasons = c->reasons;
 	ev->path_len = 0;
@@ -95,7 +95,7 @@ static __always_inline void emit_process(const struct probe_config *cfg, __u32 k
 		count(SP_COUNTER_DROP_RINGBUF);
 		return;
 	}
-	fill_header(&ev->header, kind, pid_tgid, bpf_ktime_get_ns());
+	fill_header(&ev->header, kind, pid_tgid, bpf_ktime_get_ns(), workload_of(cfg));
 	ev->parent_tgid = parent_tgid;
 	ev->exit_code = exit_code;
 	read_comm((char *)ev->comm, named);
@@ -111,7 +111,7 @@ static __always_inline void emit_file_close(const struct probe_config *cfg, __u6
 		count(SP_COUNTER_DROP_RINGBUF);
 		return;
 	}
-	fill_header(&ev->header, SP_EVENT_FILE_CLOSE, pid_tgid, bpf_ktime_get_ns());
+	fill_header(&ev->header, SP_EVENT_FILE_CLOSE, pid_tgid, bpf_ktime_get_ns(), workload_of(cfg));
 	ev->fd = fd;
 	ev->_pad = 0;
 	ev->file = *of;

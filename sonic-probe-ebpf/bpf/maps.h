@@ -97,7 +97,17 @@ struct {
 	__type(value, struct syscall_stats);
 } syscall_stats SEC(".maps");
 
-/* The slots of syscall_stats taken so far, past the overflow slots. */
+/* Slots of syscall_stats taken: slot -> 1 (stats.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, SP_MAX_STATS_ENTRIES);
+	__type(key, __u32);
+	__type(value, __u32);
+} stats_claims SEC(".maps");
+
+/* How many slots of syscall_stats past the overflow slots are taken: where
+ * to look for a free one. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);

@@ -146,9 +146,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	__u32 tgid = c.pid_tgid >> 32;
 	bool failed = ret < 0 && ret >= -4095;
 
-	struct stats_key key = { .syscall = idx };
-	if (cfg->workload_cgroups)
-		key.cgroup = bpf_get_current_cgroup_id();
+	struct stats_key key = { .syscall = idx, .cgroup = workload_of(cfg) };
 	{
 		struct task_struct *leader = KREAD(task, group_leader);
 		KREAD_COMM(key.comm, leader);

@@ -43,7 +43,11 @@ struct call_sample {
 
 /* The slot of key in syscall_stats: its stats_index entry, made now if
  * this is its first call. Full (no slot or index entry left): the
- * syscall's overflow slot, counted. */
+ * syscall's overflow slot, counted.
+ *
+ * A new slot is claimed by entering it in stats_claims (BPF_NOEXIST: one
+ * CPU wins), not by an atomic fetch-and-add, which 5.10's BPF lacks;
+ * stats_taken is the hint where free slots begin. */
 static __always_inline __u32 stats_slot_of(const struct stats_key *key)
 {
 	__u32 *found = bpf_map_lookup_elem(&stats_index, key);
@@ -53,17 +57,25 @@ static __always_inline __u32 stats_slot_of(const struct stats_key *key)
 	__u32 zero = 0;
 	__u64 *taken = bpf_map_lookup_elem(&stats_taken, &zero);
 	if (taken) {
-		__u64 n = __sync_fetch_and_add(taken, 1);
-		__u32 slot = SP_NR_SYSCALLS + n;
-		/* Beyond the array the daemon sized, no slot: the lookup says. */
-		if (n < SP_MAX_STATS_ENTRIES && bpf_map_lookup_elem(&syscall_stats, &slot)) {
+		__u64 first = *(volatile __u64 *)taken;
+		for (__u32 i = 0; i < 4; i++) {
+			__u64 n = first + i;
+			__u32 slot = SP_NR_SYSCALLS + n;
+			/* Beyond the array the daemon sized: full. */
+			if (n >= SP_MAX_STATS_ENTRIES || !bpf_map_lookup_elem(&syscall_stats, &slot))
+				break;
+			__u32 one = 1;
+			if (bpf_map_update_elem(&stats_claims, &slot, &one, BPF_NOEXIST))
+				continue; /* another CPU's */
+			__sync_fetch_and_add(taken, i + 1);
 			if (!bpf_map_update_elem(&stats_index, key, &slot, BPF_NOEXIST))
 				return slot;
-			/* Another CPU entered the key first (its slot stays
+			/* Another CPU entered the key first (the slot stays
 			 * unused), or the index is full. */
 			found = bpf_map_lookup_elem(&stats_index, key);
 			if (found)
 				return *found;
+			break;
 		}
 	}
 	count(SP_COUNTER_STATS_OVERFLOW);
