@@ -13,13 +13,40 @@
 
 use std::{collections::HashMap, sync::Arc};
 
+use prometheus::proto::{MetricFamily, MetricType::COUNTER};
 use sonic_probe_common::syscalls;
 
 use super::{
     state::{StateMap, Tracked},
-    Detail, Detector, DetectorMetrics, Input, LiveFile, Record, Settings,
+    tally::Tally,
+    Detail, Detector, DetectorCounts, Evictions, Input, LiveFile, Record, Registration, Settings,
 };
-use crate::events::Event;
+use crate::{
+    events::Event,
+    metrics::family::{def, Fold, MetricDef},
+};
+
+pub const DETECTOR: Registration =
+    Registration { kind: "mmap_churn", metrics: METRICS, new: |s| Box::new(MmapChurn::new(s)) };
+
+#[rustfmt::skip]
+const METRICS: &[MetricDef] = &[
+    def("sonic_probe_mmap_churn_total", COUNTER, &["comm", "workload"],
+        "Large map/unmap cycles counted in mmap_churn findings."),
+];
+
+/// What it exports.
+#[derive(Debug, Clone, Default)]
+pub struct Counts {
+    /// Cycles counted in findings.
+    cycles: Tally<()>,
+}
+
+impl DetectorCounts for Counts {
+    fn collect(&self, fold: &mut Fold<'_>, out: &mut Vec<MetricFamily>) {
+        out.push(self.cycles.export(&METRICS[0], fold, |_, ()| []));
+    }
+}
 
 /// Large mappings remembered at once (over all processes).
 const MAX_REGIONS: usize = 16384;
@@ -65,6 +92,7 @@ pub struct MmapChurn {
     regions: HashMap<(u64, u64), Region>,
     /// (incarnation, size, path) -> cycles.
     groups: StateMap<GroupKey, Group>,
+    counts: Counts,
 }
 
 impl MmapChurn {
@@ -76,7 +104,8 @@ impl MmapChurn {
             window_ns: s.window.as_nanos() as u64,
             max: s.max_findings,
             regions: HashMap::new(),
-            groups: StateMap::new("mmap_churn", |k: &GroupKey| k.0, s.max_findings),
+            groups: StateMap::new(DETECTOR.kind, |k: &GroupKey| k.0, s.max_findings),
+            counts: Counts::default(),
         }
     }
 }
@@ -86,7 +115,7 @@ fn pages(len: u64) -> u64 {
 }
 
 impl Detector for MmapChurn {
-    fn observe(&mut self, input: &Input<'_>, metrics: &mut DetectorMetrics) {
+    fn observe(&mut self, input: &Input<'_>, evictions: &mut Evictions) {
         let Event::Call(c) = input.event else { return };
         let [addr, len, prot, flags, fd, _] = c.raw.args;
         let t = c.raw.header.time_ns;
@@ -130,12 +159,12 @@ impl Detector for MmapChurn {
                 g.last_ns = t;
                 if g.cycles == self.min_cycles {
                     g.reported = true;
-                    metrics.add_churn(&comm, g.cycles);
+                    self.counts.cycles.add(&comm, input.cgroup, (), (), g.cycles);
                 } else if g.cycles > self.min_cycles {
-                    metrics.add_churn(&comm, 1);
+                    self.counts.cycles.add(&comm, input.cgroup, (), (), 1);
                 }
                 if let Some(key) = new {
-                    self.groups.inserted(key, metrics);
+                    self.groups.inserted(key, evictions);
                 }
             }
             _ => {}
@@ -158,16 +187,10 @@ impl Detector for MmapChurn {
         self.groups.exited(incarnation);
     }
 
-    fn findings(
-        &mut self,
-        now_ns: u64,
-        _live: &[LiveFile<'_>],
-        out: &mut Vec<Record>,
-        metrics: &mut DetectorMetrics,
-    ) {
+    fn findings(&mut self, now_ns: u64, _live: &[LiveFile<'_>], out: &mut Vec<Record>, ev: &mut Evictions) {
         let oldest = now_ns.saturating_sub(self.cycle_ns);
         self.regions.retain(|_, r| r.mapped_ns >= oldest);
-        self.groups.prune(now_ns.saturating_sub(self.window_ns), self.max, metrics);
+        self.groups.prune(now_ns.saturating_sub(self.window_ns), self.max, ev);
         for ((inc, size, path), g) in &self.groups.map {
             if g.cycles < self.min_cycles {
                 continue;
@@ -186,6 +209,10 @@ impl Detector for MmapChurn {
                 last_ns: g.last_ns,
             });
         }
+    }
+
+    fn counts(&self) -> Box<dyn DetectorCounts> {
+        Box::new(self.counts.clone())
     }
 }
 
@@ -239,7 +266,7 @@ mod tests {
                 path: Some("/models/sonic.safetensors".into())
             }]
         );
-        assert_eq!(e.metrics.mmap_churn[&("app".into(), 0)], 5);
+        assert_eq!(counts::<Counts>(&e).cycles.get("app", 0, ()), 5);
     }
 
     #[test]

@@ -34,8 +34,13 @@ use sonic_probe_common::file_class_name;
 
 use super::{
     state::{StateMap, Tracked},
-    Detail, Detector, DetectorMetrics, FileTotals, Input, LiveFile, Record, Settings, RECUR_AFTER_NS,
+    Detail, Detector, Evictions, FileTotals, Input, LiveFile, Record, Registration, Settings, RECUR_AFTER_NS,
 };
+
+/// It exports no family of its own: the kernel counts small reads
+/// (sonic_probe_small_reads_total, sonic_probe_small_preads_total).
+pub const DETECTOR: Registration =
+    Registration { kind: "small_reads", metrics: &[], new: |s| Box::new(SmallReads::new(s)) };
 
 /// Processes whose small reading is tracked at once (see [`SmallReads`]).
 const MAX_PROCESSES: usize = 65536;
@@ -93,7 +98,7 @@ impl SmallReads {
             min_count: s.small_read_min_count.max(1),
             window_ns: s.window.as_nanos() as u64,
             max: s.max_findings,
-            files: StateMap::new("small_reads", |k: &Key| k.0, s.max_findings),
+            files: StateMap::new(DETECTOR.kind, |k: &Key| k.0, s.max_findings),
             since: HashMap::new(),
             recurring: HashSet::new(),
         }
@@ -146,7 +151,7 @@ fn add(into: &mut FileTotals, t: &FileTotals) {
 }
 
 impl Detector for SmallReads {
-    fn observe(&mut self, input: &Input<'_>, metrics: &mut DetectorMetrics) {
+    fn observe(&mut self, input: &Input<'_>, evictions: &mut Evictions) {
         let (Event::FileClosed(f), Some(file)) = (input.event, input.closed) else { return };
         let totals = FileTotals::from(&f.raw.file);
         if totals.small_reads == 0
@@ -175,7 +180,7 @@ impl Detector for SmallReads {
         st.opens += 1;
         st.reported |= recurs && st.totals.small_reads >= self.min_count;
         if let Some(key) = new {
-            self.files.inserted(key, metrics);
+            self.files.inserted(key, evictions);
         }
     }
 
@@ -201,9 +206,9 @@ impl Detector for SmallReads {
         now_ns: u64,
         live: &[LiveFile<'_>],
         out: &mut Vec<Record>,
-        metrics: &mut DetectorMetrics,
+        evictions: &mut Evictions,
     ) {
-        self.files.prune(now_ns.saturating_sub(self.window_ns), self.max, metrics);
+        self.files.prune(now_ns.saturating_sub(self.window_ns), self.max, evictions);
         // Files still open add what they have read so far.
         let ignored = |path: &str| self.ignore.iter().any(|p| p.matches(path));
         let live: Vec<&LiveFile<'_>> = live
