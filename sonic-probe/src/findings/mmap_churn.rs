@@ -17,7 +17,7 @@ use prometheus::proto::{MetricFamily, MetricType::COUNTER};
 use sonic_probe_common::syscalls;
 
 use super::{
-    state::{StateMap, Tracked},
+    state::{tracked, StateMap},
     tally::Tally,
     Detail, Detector, DetectorCounts, Evictions, Input, LiveFile, Record, Registration, Settings,
 };
@@ -68,17 +68,7 @@ struct Group {
     reported: bool,
 }
 
-impl Tracked for Group {
-    fn last_ns(&self) -> u64 {
-        self.last_ns
-    }
-    fn reported(&self) -> bool {
-        self.reported
-    }
-    fn hits(&self) -> u64 {
-        self.cycles
-    }
-}
+tracked!(Group, cycles);
 
 type GroupKey = (u64, u64, Option<Arc<str>>);
 
@@ -195,19 +185,14 @@ impl Detector for MmapChurn {
             if g.cycles < self.min_cycles {
                 continue;
             }
-            out.push(Record {
-                cgroup: 0,
-                detail: Detail::MmapChurn {
+            out.push(g.record(
+                Detail::MmapChurn {
                     size_bytes: *size,
                     count: g.cycles,
                     path: path.as_ref().map(|p| p.to_string()),
                 },
-                pid: g.pid,
-                incarnation: *inc,
-                comm: g.comm.clone(),
-                first_ns: g.first_ns,
-                last_ns: g.last_ns,
-            });
+                *inc,
+            ));
         }
     }
 

@@ -21,7 +21,7 @@ use prometheus::proto::{MetricFamily, MetricType::COUNTER};
 use sonic_probe_common::{file_class_name, syscalls};
 
 use super::{
-    state::{StateMap, Tracked},
+    state::{tracked, StateMap},
     tally::Tally,
     Detail, Detector, DetectorCounts, Evictions, Input, LiveFile, Record, Registration, Settings,
     RECUR_AFTER_NS,
@@ -72,17 +72,7 @@ struct PathState {
     reported: bool,
 }
 
-impl Tracked for PathState {
-    fn last_ns(&self) -> u64 {
-        self.last_ns
-    }
-    fn reported(&self) -> bool {
-        self.reported
-    }
-    fn hits(&self) -> u64 {
-        self.opens
-    }
-}
+tracked!(PathState, opens);
 
 type Key = (u64, Arc<str>);
 
@@ -210,20 +200,15 @@ impl Detector for RepeatedOpen {
                 })
                 .map(|l| l.totals.read_bytes)
                 .sum();
-            out.push(Record {
-                cgroup: 0,
-                detail: Detail::RepeatedOpen {
+            out.push(st.record(
+                Detail::RepeatedOpen {
                     path: path.to_string(),
                     file_class: file_class_name(st.class).to_string(),
                     count: st.opens,
                     bytes_read: st.bytes_read + live_bytes,
                 },
-                pid: st.pid,
-                incarnation: *inc,
-                comm: st.comm.clone(),
-                first_ns: st.first_ns,
-                last_ns: st.last_ns,
-            });
+                *inc,
+            ));
         }
     }
 

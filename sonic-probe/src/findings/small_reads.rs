@@ -33,7 +33,7 @@ use std::{
 use sonic_probe_common::file_class_name;
 
 use super::{
-    state::{StateMap, Tracked},
+    state::{tracked, StateMap},
     Detail, Detector, Evictions, FileTotals, Input, LiveFile, Record, Registration, Settings, RECUR_AFTER_NS,
 };
 
@@ -60,17 +60,7 @@ struct FileState {
     reported: bool,
 }
 
-impl Tracked for FileState {
-    fn last_ns(&self) -> u64 {
-        self.last_ns
-    }
-    fn reported(&self) -> bool {
-        self.reported
-    }
-    fn hits(&self) -> u64 {
-        self.opens
-    }
-}
+tracked!(FileState, opens);
 
 type Key = (u64, Arc<str>);
 
@@ -247,21 +237,16 @@ impl Detector for SmallReads {
             {
                 continue;
             }
-            out.push(Record {
-                cgroup: 0,
-                detail: Detail::SmallReads {
+            out.push(m.record(
+                Detail::SmallReads {
                     path: path.to_string(),
                     file_class: file_class_name(m.class).to_string(),
                     count: t.small_reads,
                     bytes: t.small_read_bytes,
                     typical_size: t.small_read_requested / t.small_reads,
                 },
-                pid: m.pid,
-                incarnation: inc,
-                comm: m.comm,
-                first_ns: m.first_ns,
-                last_ns: m.last_ns,
-            });
+                inc,
+            ));
         }
     }
 }

@@ -47,6 +47,41 @@ pub(crate) trait Tracked {
     fn hits(&self) -> u64;
 }
 
+/// Implements [`Tracked`] for a state with the fields every detector's
+/// states have (`pid`, `comm`, `first_ns`, `last_ns`, `reported`), touched
+/// as often as its field `$hits` says, and gives it `record`: the finding
+/// of the state with that detail.
+macro_rules! tracked {
+    ($state:ty, $hits:ident) => {
+        impl $state {
+            fn record(&self, detail: $crate::findings::Detail, incarnation: u64) -> $crate::findings::Record {
+                $crate::findings::Record {
+                    cgroup: 0,
+                    detail,
+                    pid: self.pid,
+                    incarnation,
+                    comm: self.comm.clone(),
+                    first_ns: self.first_ns,
+                    last_ns: self.last_ns,
+                }
+            }
+        }
+
+        impl $crate::findings::state::Tracked for $state {
+            fn last_ns(&self) -> u64 {
+                self.last_ns
+            }
+            fn reported(&self) -> bool {
+                self.reported
+            }
+            fn hits(&self) -> u64 {
+                self.$hits
+            }
+        }
+    };
+}
+pub(crate) use tracked;
+
 /// Working states kept per detector beyond its findings, at least.
 pub(crate) const MIN_WORKING: usize = 256;
 

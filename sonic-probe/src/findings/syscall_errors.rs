@@ -29,7 +29,7 @@ use prometheus::proto::{MetricFamily, MetricType::COUNTER};
 use sonic_probe_common::syscalls;
 
 use super::{
-    state::{StateMap, Tracked},
+    state::{tracked, StateMap},
     tally::Tally,
     Detail, Detector, DetectorCounts, Evictions, Input, LiveFile, Record, Registration, Settings,
     RECUR_AFTER_NS,
@@ -87,17 +87,7 @@ struct ErrState {
     reported: bool,
 }
 
-impl Tracked for ErrState {
-    fn last_ns(&self) -> u64 {
-        self.last_ns
-    }
-    fn reported(&self) -> bool {
-        self.reported
-    }
-    fn hits(&self) -> u64 {
-        self.count
-    }
-}
+tracked!(ErrState, count);
 
 /// (incarnation, syscall, errno).
 type Key = (u64, u16, u16);
@@ -228,21 +218,16 @@ impl Detector for SyscallErrors {
     ) {
         self.errors.prune(now_ns.saturating_sub(self.window_ns), self.max, evictions);
         for ((inc, sc, e), st) in self.errors.map.iter().filter(|(_, st)| st.reported) {
-            out.push(Record {
-                cgroup: 0,
-                detail: Detail::SyscallErrors {
+            out.push(st.record(
+                Detail::SyscallErrors {
                     syscall: syscalls::by_index(*sc).map_or("?", |s| s.name).to_string(),
                     errno: errno::name(*e),
                     count: st.count,
                     paths: st.paths.iter().cloned().collect(),
                     length: st.length,
                 },
-                pid: st.pid,
-                incarnation: *inc,
-                comm: st.comm.clone(),
-                first_ns: st.first_ns,
-                last_ns: st.last_ns,
-            });
+                *inc,
+            ));
         }
     }
 
