@@ -34,7 +34,7 @@ use crate::{
     findings::FindingsService,
     http::{self, HttpState},
     labels::CommLabels,
-    metrics::{FindingsCollector, ProbeCollector},
+    metrics::{findings::FindingsCollector, probe::ProbeCollector},
     options::RunArgs,
     probe::{Probe, ProbeConfigBuilder, TargetMaps},
     signals::ShutdownSignals,

@@ -18,14 +18,60 @@
 //! and with `run --stack-captures on` the stacks read while the stall
 //! lasted (crate::capture): the waiting thread's, and the waker's.
 
+use std::collections::{BTreeMap, HashMap};
+
 use glob::Pattern;
+use prometheus::proto::{
+    MetricFamily,
+    MetricType::{COUNTER, GAUGE},
+};
 use sonic_probe_common::syscalls;
 
 use super::{
     state::{StateMap, Tracked},
-    Detail, Detector, DetectorMetrics, Input, LiveFile, Record, Settings,
+    tally::Tally,
+    Detail, Detector, DetectorCounts, Evictions, Input, LiveFile, Record, Registration, Settings,
 };
-use crate::{capture::CaptureStore, events::Event, futex, stacks::Frame};
+use crate::{
+    capture::CaptureStore,
+    events::Event,
+    futex,
+    labels::OTHER,
+    metrics::family::{def, family, gauge, Fold, MetricDef},
+    stacks::Frame,
+};
+
+pub const DETECTOR: Registration =
+    Registration { kind: "futex_stall", metrics: METRICS, new: |s| Box::new(FutexStall::new(s)) };
+
+#[rustfmt::skip]
+const METRICS: &[MetricDef] = &[
+    def("sonic_probe_futex_stalls_total", COUNTER, &["comm", "workload", "thread"],
+        "Futex waits of request threads that lasted at least --stall-threshold (the futex_stall rule)."),
+    def("sonic_probe_futex_stall_max_seconds", GAUGE, &["comm", "workload"],
+        "Longest futex stall among the current findings (within --findings-window)."),
+];
+
+/// What it exports.
+#[derive(Debug, Clone, Default)]
+pub struct Counts {
+    /// Stalls by thread name.
+    stalls: Tally<String>,
+    /// (comm, cgroup) -> the longest stall among the current findings (seconds).
+    max_seconds: HashMap<(String, u64), f64>,
+}
+
+impl DetectorCounts for Counts {
+    fn collect(&self, fold: &mut Fold<'_>, out: &mut Vec<MetricFamily>) {
+        out.push(self.stalls.export(&METRICS[0], fold, |f, thread| [f.thread(thread)]));
+        let mut max: BTreeMap<_, f64> = BTreeMap::new();
+        for ((comm, cgroup), s) in &self.max_seconds {
+            let e = max.entry(fold.who(comm, *cgroup)).or_default();
+            *e = e.max(*s);
+        }
+        out.push(family(&METRICS[1], max.iter().map(|(w, s)| gauge(&w.pairs(), *s)).collect()));
+    }
+}
 
 pub struct FutexStall {
     threshold_ns: u64,
@@ -37,6 +83,7 @@ pub struct FutexStall {
     records: StateMap<(u64, u32), Record>,
     /// Stacks captured while waits lasted (None: captures off).
     captures: Option<CaptureStore>,
+    counts: Counts,
 }
 
 /// The stacks of a stall and why they are missing or partial.
@@ -50,8 +97,9 @@ impl FutexStall {
             ignore_threads: s.stall_ignore_threads.clone(),
             window_ns: s.window.as_nanos() as u64,
             max: s.max_findings,
-            records: StateMap::new("futex_stall", |k: &(u64, u32)| k.0, s.max_findings),
+            records: StateMap::new(DETECTOR.kind, |k: &(u64, u32)| k.0, s.max_findings),
             captures: s.captures.clone(),
+            counts: Counts::default(),
         }
     }
 
@@ -79,7 +127,7 @@ impl FutexStall {
 }
 
 impl Detector for FutexStall {
-    fn observe(&mut self, input: &Input<'_>, metrics: &mut DetectorMetrics) {
+    fn observe(&mut self, input: &Input<'_>, _evictions: &mut Evictions) {
         let Event::Call(c) = input.event else { return };
         let (op, woken) = match c.raw.syscall {
             syscalls::FUTEX if futex::is_wait(c.raw.args[1]) => {
@@ -101,7 +149,7 @@ impl Detector for FutexStall {
         let waker_thread = c.waker_name();
         let comm = c.process_name();
         let (stack, waker_stack, stack_note) = self.stacks(c.tid(), c.raw.header.time_ns, waker_tid);
-        metrics.add_stall(&comm, &thread);
+        self.counts.stalls.add(&comm, input.cgroup, thread.clone(), OTHER.to_string(), 1);
         let rec = self.records.map.entry((input.incarnation, c.tid())).or_insert_with(|| Record {
             cgroup: 0,
             detail: Detail::FutexStall {
@@ -163,15 +211,23 @@ impl Detector for FutexStall {
         self.captures = fresh.captures;
     }
 
-    fn findings(
-        &mut self,
-        now_ns: u64,
-        _live: &[LiveFile<'_>],
-        out: &mut Vec<Record>,
-        metrics: &mut DetectorMetrics,
-    ) {
-        self.records.prune(now_ns.saturating_sub(self.window_ns), self.max, metrics);
+    fn findings(&mut self, now_ns: u64, _live: &[LiveFile<'_>], out: &mut Vec<Record>, ev: &mut Evictions) {
+        self.records.prune(now_ns.saturating_sub(self.window_ns), self.max, ev);
         out.extend(self.records.map.values().cloned());
+    }
+
+    fn listed(&mut self, records: &[Record]) {
+        self.counts.max_seconds.clear();
+        for r in records {
+            if let Detail::FutexStall { wait_seconds, .. } = r.detail {
+                let m = self.counts.max_seconds.entry((r.comm.clone(), r.cgroup)).or_insert(0.0);
+                *m = m.max(wait_seconds);
+            }
+        }
+    }
+
+    fn counts(&self) -> Box<dyn DetectorCounts> {
+        Box::new(self.counts.clone())
     }
 }
 
@@ -231,7 +287,7 @@ mod tests {
         assert_eq!(op, "FUTEX_WAIT_PRIVATE");
         assert_eq!(uaddr, "0x7f001234");
         assert!((wait_seconds - 3.2).abs() < 1e-9);
-        assert_eq!(e.metrics.futex_stalls[&("app".into(), 0, "app".into())], 1);
+        assert_eq!(counts::<Counts>(&e).stalls.get("app", 0, "app".into()), 1);
     }
 
     #[test]

@@ -13,13 +13,40 @@
 
 use std::{collections::HashMap, sync::Arc};
 
+use prometheus::proto::{MetricFamily, MetricType::COUNTER};
 use sonic_probe_common::syscalls;
 
 use super::{
-    state::{StateMap, Tracked},
-    Detail, Detector, DetectorMetrics, Input, LiveFile, Record, Settings,
+    state::{tracked, StateMap},
+    tally::Tally,
+    Detail, Detector, DetectorCounts, Evictions, Input, LiveFile, Record, Registration, Settings,
 };
-use crate::events::Event;
+use crate::{
+    events::Event,
+    metrics::family::{def, Fold, MetricDef},
+};
+
+pub const DETECTOR: Registration =
+    Registration { kind: "mmap_churn", metrics: METRICS, new: |s| Box::new(MmapChurn::new(s)) };
+
+#[rustfmt::skip]
+const METRICS: &[MetricDef] = &[
+    def("sonic_probe_mmap_churn_total", COUNTER, &["comm", "workload"],
+        "Large map/unmap cycles counted in mmap_churn findings."),
+];
+
+/// What it exports.
+#[derive(Debug, Clone, Default)]
+pub struct Counts {
+    /// Cycles counted in findings.
+    cycles: Tally<()>,
+}
+
+impl DetectorCounts for Counts {
+    fn collect(&self, fold: &mut Fold<'_>, out: &mut Vec<MetricFamily>) {
+        out.push(self.cycles.export(&METRICS[0], fold, |_, ()| []));
+    }
+}
 
 /// Large mappings remembered at once (over all processes).
 const MAX_REGIONS: usize = 16384;
@@ -41,17 +68,7 @@ struct Group {
     reported: bool,
 }
 
-impl Tracked for Group {
-    fn last_ns(&self) -> u64 {
-        self.last_ns
-    }
-    fn reported(&self) -> bool {
-        self.reported
-    }
-    fn hits(&self) -> u64 {
-        self.cycles
-    }
-}
+tracked!(Group, cycles);
 
 type GroupKey = (u64, u64, Option<Arc<str>>);
 
@@ -65,6 +82,7 @@ pub struct MmapChurn {
     regions: HashMap<(u64, u64), Region>,
     /// (incarnation, size, path) -> cycles.
     groups: StateMap<GroupKey, Group>,
+    counts: Counts,
 }
 
 impl MmapChurn {
@@ -76,7 +94,8 @@ impl MmapChurn {
             window_ns: s.window.as_nanos() as u64,
             max: s.max_findings,
             regions: HashMap::new(),
-            groups: StateMap::new("mmap_churn", |k: &GroupKey| k.0, s.max_findings),
+            groups: StateMap::new(DETECTOR.kind, |k: &GroupKey| k.0, s.max_findings),
+            counts: Counts::default(),
         }
     }
 }
@@ -86,7 +105,7 @@ fn pages(len: u64) -> u64 {
 }
 
 impl Detector for MmapChurn {
-    fn observe(&mut self, input: &Input<'_>, metrics: &mut DetectorMetrics) {
+    fn observe(&mut self, input: &Input<'_>, evictions: &mut Evictions) {
         let Event::Call(c) = input.event else { return };
         let [addr, len, prot, flags, fd, _] = c.raw.args;
         let t = c.raw.header.time_ns;
@@ -130,12 +149,12 @@ impl Detector for MmapChurn {
                 g.last_ns = t;
                 if g.cycles == self.min_cycles {
                     g.reported = true;
-                    metrics.add_churn(&comm, g.cycles);
+                    self.counts.cycles.add(&comm, input.cgroup, (), (), g.cycles);
                 } else if g.cycles > self.min_cycles {
-                    metrics.add_churn(&comm, 1);
+                    self.counts.cycles.add(&comm, input.cgroup, (), (), 1);
                 }
                 if let Some(key) = new {
-                    self.groups.inserted(key, metrics);
+                    self.groups.inserted(key, evictions);
                 }
             }
             _ => {}
@@ -158,34 +177,27 @@ impl Detector for MmapChurn {
         self.groups.exited(incarnation);
     }
 
-    fn findings(
-        &mut self,
-        now_ns: u64,
-        _live: &[LiveFile<'_>],
-        out: &mut Vec<Record>,
-        metrics: &mut DetectorMetrics,
-    ) {
+    fn findings(&mut self, now_ns: u64, _live: &[LiveFile<'_>], out: &mut Vec<Record>, ev: &mut Evictions) {
         let oldest = now_ns.saturating_sub(self.cycle_ns);
         self.regions.retain(|_, r| r.mapped_ns >= oldest);
-        self.groups.prune(now_ns.saturating_sub(self.window_ns), self.max, metrics);
+        self.groups.prune(now_ns.saturating_sub(self.window_ns), self.max, ev);
         for ((inc, size, path), g) in &self.groups.map {
             if g.cycles < self.min_cycles {
                 continue;
             }
-            out.push(Record {
-                cgroup: 0,
-                detail: Detail::MmapChurn {
+            out.push(g.record(
+                Detail::MmapChurn {
                     size_bytes: *size,
                     count: g.cycles,
                     path: path.as_ref().map(|p| p.to_string()),
                 },
-                pid: g.pid,
-                incarnation: *inc,
-                comm: g.comm.clone(),
-                first_ns: g.first_ns,
-                last_ns: g.last_ns,
-            });
+                *inc,
+            ));
         }
+    }
+
+    fn counts(&self) -> Box<dyn DetectorCounts> {
+        Box::new(self.counts.clone())
     }
 }
 
@@ -239,7 +251,7 @@ mod tests {
                 path: Some("/models/sonic.safetensors".into())
             }]
         );
-        assert_eq!(e.metrics.mmap_churn[&("app".into(), 0)], 5);
+        assert_eq!(counts::<Counts>(&e).cycles.get("app", 0, ()), 5);
     }
 
     #[test]

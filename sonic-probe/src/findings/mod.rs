@@ -3,9 +3,11 @@
 //!
 //! Events flow in through [`Engine::observe`]: the engine first keeps its
 //! descriptor table ([`files`]) current, then shows the event to every
-//! [`Detector`], one module per problem. [`Engine::findings`] asks each
-//! detector for its current findings and folds the same problem of many
-//! exited processes into one finding ([`merge`]). Everything is bounded:
+//! [`Detector`], one module per problem, each registered once in
+//! [`DETECTORS`] with its kind and the metric families it exports (it
+//! counts and exports them itself). [`Engine::findings`] asks each detector
+//! for its current findings and folds the same problem of many exited
+//! processes into one finding ([`merge`]). Everything is bounded:
 //! each detector keeps at most `max_findings` findings, drops those not seen
 //! for `window`, and its working state is capped with a fair share per
 //! process that never evicts a finding ([`state`]).
@@ -29,18 +31,26 @@ pub mod service;
 pub mod small_reads;
 pub(crate) mod state;
 pub mod syscall_errors;
+pub mod tally;
 
 use std::{
+    any::Any,
     collections::HashMap,
     time::{Duration, SystemTime},
 };
 
+use prometheus::proto::MetricFamily;
 use serde::{Deserialize, Serialize};
 
-use crate::{events::Event, stacks::Frame};
+use crate::{
+    events::Event,
+    metrics::family::{Fold, MetricDef},
+    stacks::Frame,
+};
 pub use files::{FileTable, FileTotals, KnownFile};
 pub use paths::{show_paths, PathDisplay};
 pub use service::FindingsService;
+pub use state::Evictions;
 
 pub use crate::workloads::WorkloadNames;
 
@@ -160,6 +170,9 @@ pub struct Input<'a> {
     /// that exec'd a new program, gets a new one, so a new process (or
     /// program) never continues an old one's findings.
     pub incarnation: u64,
+    /// The cgroup v2 id of the event's thread: what the detectors' counts
+    /// are added under.
+    pub cgroup: u64,
     /// For a file-close event: the file, as the descriptor table knew it.
     pub closed: Option<&'a KnownFile>,
     /// The descriptor table after this event.
@@ -173,10 +186,11 @@ pub struct LiveFile<'a> {
     pub totals: FileTotals,
 }
 
-/// One diagnosis. Implementations keep bounded state.
+/// One diagnosis. Implementations keep bounded state, and count what they
+/// export themselves ([`DetectorCounts`]).
 pub trait Detector: Send {
     /// Sees every event, in ring-buffer order.
-    fn observe(&mut self, input: &Input<'_>, metrics: &mut DetectorMetrics);
+    fn observe(&mut self, input: &Input<'_>, evictions: &mut Evictions);
     /// Appends the current findings (at `now_ns`), dropping those older than
     /// the window. `live` are the files open right now.
     fn findings(
@@ -184,13 +198,50 @@ pub trait Detector: Send {
         now_ns: u64,
         live: &[LiveFile<'_>],
         out: &mut Vec<Record>,
-        metrics: &mut DetectorMetrics,
+        evictions: &mut Evictions,
     );
+    /// The findings it has just appended, as the engine completed them
+    /// (their cgroups filled in).
+    fn listed(&mut self, _records: &[Record]) {}
     /// A process exited: its working state can go (its findings stay).
     fn exited(&mut self, _incarnation: u64) {}
     /// New thresholds and windows (SIGHUP): state and findings are kept.
     fn reconfigure(&mut self, settings: &Settings);
+    /// Its counters as they are now: taken under the engine's lock,
+    /// exported after it is released.
+    fn counts(&self) -> Box<dyn DetectorCounts> {
+        Box::new(tally::Uncounted)
+    }
 }
+
+/// A detector's counters at one moment, and how they are exported.
+pub trait DetectorCounts: Send + Any {
+    /// Appends the families of its registration's `metrics`, with the
+    /// process names, cgroups and thread names folded by `fold`.
+    fn collect(&self, fold: &mut Fold<'_>, out: &mut Vec<MetricFamily>);
+}
+
+/// A detector as the engine and the exporter know it; each detector's
+/// module declares its own.
+pub struct Registration {
+    /// The kind of finding it reports ([`Detail::kind`]): the `kind` label
+    /// of sonic_probe_findings and sonic_probe_findings_evictions_total.
+    pub kind: &'static str,
+    /// The families its counts export (part of crate::metrics::metric_defs,
+    /// documented in docs/metrics.md).
+    pub metrics: &'static [MetricDef],
+    pub new: fn(&Settings) -> Box<dyn Detector>,
+}
+
+/// Every detector, in the order they see each event: the one place that
+/// names them all.
+pub const DETECTORS: &[Registration] = &[
+    futex_stall::DETECTOR,
+    repeated_open::DETECTOR,
+    small_reads::DETECTOR,
+    mmap_churn::DETECTOR,
+    syscall_errors::DETECTOR,
+];
 
 /// Thresholds and windows of every detector (flags; documented in README).
 #[derive(Debug, Clone)]
@@ -253,64 +304,11 @@ pub fn default_ignore_paths() -> Vec<glob::Pattern> {
     DEFAULT_IGNORE_PATHS.iter().map(|p| glob::Pattern::new(p).expect("valid default pattern")).collect()
 }
 
-/// Distinct label sets each detector counter keeps; more fold into "other".
-pub const MAX_METRIC_KEYS: usize = 4096;
-
-/// Counters the detectors keep for /metrics, by raw names (the exporter
-/// folds them into bounded label values; the maps themselves are capped).
-#[derive(Debug, Default, Clone)]
+/// What the detectors counted at one moment, for /metrics.
 pub struct DetectorMetrics {
-    /// cgroup v2 id of the event being observed (set by the engine before
-    /// the detectors see it): the cgroup the counts below are added under.
-    pub cgroup: u64,
-    /// (comm, cgroup, thread) -> futex stalls.
-    pub futex_stalls: HashMap<(String, u64, String), u64>,
-    /// (comm, cgroup, file_class) -> opens counted in repeated-open findings.
-    pub repeated_opens: HashMap<(String, u64, String), u64>,
-    /// (comm, cgroup) -> mmap/munmap churn cycles counted in findings.
-    pub mmap_churn: HashMap<(String, u64), u64>,
-    /// (comm, cgroup) -> longest stall still within the window (seconds).
-    pub stall_max_seconds: HashMap<(String, u64), f64>,
-    /// (comm, cgroup, syscall, errno) -> failures counted in syscall_errors findings.
-    pub recurring_errors: HashMap<(String, u64, String, String), u64>,
-    /// (kind, state) -> states evicted: "working" state evicted for room,
-    /// "finding"s dropped beyond --max-findings.
-    pub evictions: HashMap<(&'static str, &'static str), u64>,
-}
-
-fn bump<K: Eq + std::hash::Hash>(map: &mut HashMap<K, u64>, key: K, other: K, n: u64) {
-    let key = if map.len() >= MAX_METRIC_KEYS && !map.contains_key(&key) { other } else { key };
-    *map.entry(key).or_default() += n;
-}
-
-impl DetectorMetrics {
-    pub fn add_stall(&mut self, comm: &str, thread: &str) {
-        let other = (crate::labels::OTHER.to_string(), 0, crate::labels::OTHER.to_string());
-        bump(&mut self.futex_stalls, (comm.to_string(), self.cgroup, thread.to_string()), other, 1);
-    }
-
-    pub fn add_repeated_opens(&mut self, comm: &str, class: &str, n: u64) {
-        let other = (crate::labels::OTHER.to_string(), 0, class.to_string());
-        bump(&mut self.repeated_opens, (comm.to_string(), self.cgroup, class.to_string()), other, n);
-    }
-
-    pub fn add_churn(&mut self, comm: &str, n: u64) {
-        bump(&mut self.mmap_churn, (comm.to_string(), self.cgroup), (crate::labels::OTHER.to_string(), 0), n);
-    }
-
-    pub fn add_recurring_errors(&mut self, comm: &str, syscall: &str, errno: &str, n: u64) {
-        let other = (crate::labels::OTHER.to_string(), 0, syscall.to_string(), errno.to_string());
-        bump(
-            &mut self.recurring_errors,
-            (comm.to_string(), self.cgroup, syscall.to_string(), errno.to_string()),
-            other,
-            n,
-        );
-    }
-
-    pub fn add_evictions(&mut self, kind: &'static str, state: &'static str, n: u64) {
-        *self.evictions.entry((kind, state)).or_default() += n;
-    }
+    pub evictions: Evictions,
+    /// Each detector's counts, in [`DETECTORS`] order.
+    pub counts: Vec<Box<dyn DetectorCounts>>,
 }
 
 /// Converts event times (CLOCK_MONOTONIC ns) to wall-clock time.
@@ -360,7 +358,7 @@ pub struct Engine {
     /// incarnation -> cgroup v2 id at its latest event.
     cgroups: HashMap<u64, u64>,
     next_incarnation: u64,
-    pub metrics: DetectorMetrics,
+    evictions: Evictions,
     clock: Clock,
 }
 
@@ -369,20 +367,13 @@ const MAX_INCARNATIONS: usize = 65536;
 
 impl Engine {
     pub fn new(settings: &Settings) -> Self {
-        let detectors: Vec<Box<dyn Detector>> = vec![
-            Box::new(futex_stall::FutexStall::new(settings)),
-            Box::new(repeated_open::RepeatedOpen::new(settings)),
-            Box::new(small_reads::SmallReads::new(settings)),
-            Box::new(mmap_churn::MmapChurn::new(settings)),
-            Box::new(syscall_errors::SyscallErrors::new(settings)),
-        ];
         Engine {
             files: FileTable::default(),
-            detectors,
+            detectors: DETECTORS.iter().map(|d| (d.new)(settings)).collect(),
             incarnations: HashMap::new(),
             cgroups: HashMap::new(),
             next_incarnation: 1,
-            metrics: DetectorMetrics::default(),
+            evictions: Evictions::default(),
             clock: Clock::new(),
         }
     }
@@ -415,11 +406,10 @@ impl Engine {
             }
             self.cgroups.insert(incarnation, cgroup);
         }
-        self.metrics.cgroup = cgroup;
         let closed = self.files.observe(event, incarnation);
-        let input = Input { event, incarnation, closed: closed.as_ref(), files: &self.files };
+        let input = Input { event, incarnation, cgroup, closed: closed.as_ref(), files: &self.files };
         for d in &mut self.detectors {
-            d.observe(&input, &mut self.metrics);
+            d.observe(&input, &mut self.evictions);
         }
         if let Event::Process(p) = event {
             if p.kind != crate::events::ProcessKind::Fork {
@@ -447,17 +437,12 @@ impl Engine {
             .collect();
         let mut records = Vec::new();
         for d in &mut self.detectors {
-            d.findings(now_ns, &live_files, &mut records, &mut self.metrics);
-        }
-        for r in &mut records {
-            r.cgroup = self.cgroups.get(&r.incarnation).copied().unwrap_or(0);
-        }
-        self.metrics.stall_max_seconds.clear();
-        for r in &records {
-            if let Detail::FutexStall { wait_seconds, .. } = r.detail {
-                let m = self.metrics.stall_max_seconds.entry((r.comm.clone(), r.cgroup)).or_insert(0.0);
-                *m = m.max(wait_seconds);
+            let first = records.len();
+            d.findings(now_ns, &live_files, &mut records, &mut self.evictions);
+            for r in &mut records[first..] {
+                r.cgroup = self.cgroups.get(&r.incarnation).copied().unwrap_or(0);
             }
+            d.listed(&records[first..]);
         }
         let incarnations = &self.incarnations;
         let mut merged = merge::merge(records, |r| incarnations.get(&r.pid) == Some(&r.incarnation));
@@ -476,6 +461,14 @@ impl Engine {
                 cgroup: m.record.cgroup,
             })
             .collect()
+    }
+
+    /// What the detectors have counted so far.
+    pub fn metrics(&self) -> DetectorMetrics {
+        DetectorMetrics {
+            evictions: self.evictions.clone(),
+            counts: self.detectors.iter().map(|d| d.counts()).collect(),
+        }
     }
 
     /// New thresholds and windows for every detector, keeping what they found.
@@ -504,6 +497,16 @@ pub(crate) mod testing {
     };
 
     use crate::events::{Call, Event, FileClosed, ProcessChange, ProcessKind};
+
+    /// What the detector whose counts are of type `C` has counted so far.
+    pub fn counts<C: super::DetectorCounts + Clone>(e: &super::Engine) -> C {
+        e.metrics()
+            .counts
+            .into_iter()
+            .find_map(|c| (c as Box<dyn std::any::Any>).downcast::<C>().ok())
+            .map(|c| *c)
+            .expect("a registered detector counts with this type")
+    }
 
     pub const SEC: u64 = 1_000_000_000;
     pub const S_IFREG: u16 = 0o100644;
@@ -574,6 +577,28 @@ pub(crate) mod testing {
 #[cfg(test)]
 mod tests {
     use super::{testing::*, *};
+
+    #[test]
+    fn detectors_are_registered_once_and_own_their_families() {
+        let mut kinds: Vec<&str> = DETECTORS.iter().map(|d| d.kind).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        assert_eq!(kinds.len(), DETECTORS.len(), "a kind registered twice");
+        let e = Engine::new(&Settings::default());
+        assert_eq!(e.detectors.len(), DETECTORS.len());
+        // What each exports at a scrape is exactly what it declares.
+        let mut comms = crate::labels::CommLabels::new(10);
+        let mut threads = crate::labels::CommLabels::new(10);
+        let mut workloads = crate::workloads::Workloads::disabled();
+        let mut fold = Fold { comms: &mut comms, workloads: &mut workloads, threads: &mut threads };
+        for (d, counts) in DETECTORS.iter().zip(e.metrics().counts) {
+            let mut out = Vec::new();
+            counts.collect(&mut fold, &mut out);
+            let exported: Vec<&str> = out.iter().map(|f| f.name()).collect();
+            let declared: Vec<&str> = d.metrics.iter().map(|m| m.name).collect();
+            assert_eq!(exported, declared, "{}", d.kind);
+        }
+    }
 
     #[test]
     fn json_shape_is_flat_with_kind() {

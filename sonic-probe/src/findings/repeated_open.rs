@@ -17,13 +17,41 @@
 
 use std::{collections::VecDeque, sync::Arc};
 
+use prometheus::proto::{MetricFamily, MetricType::COUNTER};
 use sonic_probe_common::{file_class_name, syscalls};
 
 use super::{
-    state::{StateMap, Tracked},
-    Detail, Detector, DetectorMetrics, Input, LiveFile, Record, Settings, RECUR_AFTER_NS,
+    state::{tracked, StateMap},
+    tally::Tally,
+    Detail, Detector, DetectorCounts, Evictions, Input, LiveFile, Record, Registration, Settings,
+    RECUR_AFTER_NS,
 };
-use crate::events::Event;
+use crate::{
+    events::Event,
+    metrics::family::{def, Fold, MetricDef},
+};
+
+pub const DETECTOR: Registration =
+    Registration { kind: "repeated_open", metrics: METRICS, new: |s| Box::new(RepeatedOpen::new(s)) };
+
+#[rustfmt::skip]
+const METRICS: &[MetricDef] = &[
+    def("sonic_probe_repeated_opens_total", COUNTER, &["comm", "workload", "file_class"],
+        "Opens of paths that are being reopened repeatedly (the repeated_open rule)."),
+];
+
+/// What it exports.
+#[derive(Debug, Clone, Default)]
+pub struct Counts {
+    /// Opens counted in findings, by file class.
+    opens: Tally<&'static str>,
+}
+
+impl DetectorCounts for Counts {
+    fn collect(&self, fold: &mut Fold<'_>, out: &mut Vec<MetricFamily>) {
+        out.push(self.opens.export(&METRICS[0], fold, |_, class| [class.to_string()]));
+    }
+}
 
 /// Open times remembered per path (the window needs only `min_count`).
 const MAX_TIMES: usize = 64;
@@ -44,17 +72,7 @@ struct PathState {
     reported: bool,
 }
 
-impl Tracked for PathState {
-    fn last_ns(&self) -> u64 {
-        self.last_ns
-    }
-    fn reported(&self) -> bool {
-        self.reported
-    }
-    fn hits(&self) -> u64 {
-        self.opens
-    }
-}
+tracked!(PathState, opens);
 
 type Key = (u64, Arc<str>);
 
@@ -66,6 +84,7 @@ pub struct RepeatedOpen {
     max: usize,
     verbose: bool,
     paths: StateMap<Key, PathState>,
+    counts: Counts,
 }
 
 impl RepeatedOpen {
@@ -77,13 +96,14 @@ impl RepeatedOpen {
             window_ns: s.window.as_nanos() as u64,
             max: s.max_findings,
             verbose: s.verbose,
-            paths: StateMap::new("repeated_open", |k: &Key| k.0, s.max_findings),
+            paths: StateMap::new(DETECTOR.kind, |k: &Key| k.0, s.max_findings),
+            counts: Counts::default(),
         }
     }
 }
 
 impl Detector for RepeatedOpen {
-    fn observe(&mut self, input: &Input<'_>, metrics: &mut DetectorMetrics) {
+    fn observe(&mut self, input: &Input<'_>, evictions: &mut Evictions) {
         match input.event {
             Event::Call(c) if c.raw.syscall == syscalls::OPENAT && c.raw.ret >= 0 => {
                 let Some(file) = input.files.get(c.tgid(), c.raw.ret as u32) else { return };
@@ -128,15 +148,15 @@ impl Detector for RepeatedOpen {
                 st.comm = file.comm.clone();
                 let class = file_class_name(st.class);
                 if st.reported {
-                    metrics.add_repeated_opens(&st.comm, class, 1);
+                    self.counts.opens.add(&st.comm, input.cgroup, class, class, 1);
                 } else if st.recent.len() as u64 >= self.min_count
                     && (self.verbose || st.recent.front().is_some_and(|&f| t - f >= RECUR_AFTER_NS))
                 {
                     st.reported = true;
-                    metrics.add_repeated_opens(&st.comm, class, st.opens);
+                    self.counts.opens.add(&st.comm, input.cgroup, class, class, st.opens);
                 }
                 if let Some(key) = new {
-                    self.paths.inserted(key, metrics);
+                    self.paths.inserted(key, evictions);
                 }
             }
             Event::FileClosed(f) => {
@@ -166,15 +186,9 @@ impl Detector for RepeatedOpen {
         self.paths.exited(incarnation);
     }
 
-    fn findings(
-        &mut self,
-        now_ns: u64,
-        live: &[LiveFile<'_>],
-        out: &mut Vec<Record>,
-        metrics: &mut DetectorMetrics,
-    ) {
+    fn findings(&mut self, now_ns: u64, live: &[LiveFile<'_>], out: &mut Vec<Record>, ev: &mut Evictions) {
         let oldest = now_ns.saturating_sub(self.window_ns.max(self.run_window_ns));
-        self.paths.prune(oldest, self.max, metrics);
+        self.paths.prune(oldest, self.max, ev);
         for ((inc, path), st) in &self.paths.map {
             if !st.reported {
                 continue;
@@ -186,21 +200,20 @@ impl Detector for RepeatedOpen {
                 })
                 .map(|l| l.totals.read_bytes)
                 .sum();
-            out.push(Record {
-                cgroup: 0,
-                detail: Detail::RepeatedOpen {
+            out.push(st.record(
+                Detail::RepeatedOpen {
                     path: path.to_string(),
                     file_class: file_class_name(st.class).to_string(),
                     count: st.opens,
                     bytes_read: st.bytes_read + live_bytes,
                 },
-                pid: st.pid,
-                incarnation: *inc,
-                comm: st.comm.clone(),
-                first_ns: st.first_ns,
-                last_ns: st.last_ns,
-            });
+                *inc,
+            ));
         }
+    }
+
+    fn counts(&self) -> Box<dyn DetectorCounts> {
+        Box::new(self.counts.clone())
     }
 }
 
@@ -251,7 +264,7 @@ mod tests {
                 bytes_read: 5000
             }
         );
-        assert_eq!(e.metrics.repeated_opens[&("app".into(), 0, "model".into())], 5);
+        assert_eq!(counts::<Counts>(&e).opens.get("app", 0, "model"), 5);
     }
 
     #[test]
@@ -373,7 +386,7 @@ mod tests {
         }
         let f = found(&mut e, t, &[]);
         assert!(matches!(&f[..], [(9, Detail::RepeatedOpen { count: 5, bytes_read: 5000, .. })]), "{f:?}");
-        let evicted = e.metrics.evictions[&("repeated_open", "working")];
+        let evicted = e.metrics().evictions.get("repeated_open", "working");
         assert!(evicted >= 50_000 - 4096, "{evicted}");
     }
 

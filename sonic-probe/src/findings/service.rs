@@ -74,7 +74,7 @@ impl FindingsService {
         for f in &mut findings {
             f.workload = workloads.names(f.cgroup);
         }
-        (findings, engine.metrics.clone())
+        (findings, engine.metrics())
     }
 
     /// Deletes the kernel's entries of processes that exec'd or are gone;

@@ -33,9 +33,14 @@ use std::{
 use sonic_probe_common::file_class_name;
 
 use super::{
-    state::{StateMap, Tracked},
-    Detail, Detector, DetectorMetrics, FileTotals, Input, LiveFile, Record, Settings, RECUR_AFTER_NS,
+    state::{tracked, StateMap},
+    Detail, Detector, Evictions, FileTotals, Input, LiveFile, Record, Registration, Settings, RECUR_AFTER_NS,
 };
+
+/// It exports no family of its own: the kernel counts small reads
+/// (sonic_probe_small_reads_total, sonic_probe_small_preads_total).
+pub const DETECTOR: Registration =
+    Registration { kind: "small_reads", metrics: &[], new: |s| Box::new(SmallReads::new(s)) };
 
 /// Processes whose small reading is tracked at once (see [`SmallReads`]).
 const MAX_PROCESSES: usize = 65536;
@@ -55,17 +60,7 @@ struct FileState {
     reported: bool,
 }
 
-impl Tracked for FileState {
-    fn last_ns(&self) -> u64 {
-        self.last_ns
-    }
-    fn reported(&self) -> bool {
-        self.reported
-    }
-    fn hits(&self) -> u64 {
-        self.opens
-    }
-}
+tracked!(FileState, opens);
 
 type Key = (u64, Arc<str>);
 
@@ -93,7 +88,7 @@ impl SmallReads {
             min_count: s.small_read_min_count.max(1),
             window_ns: s.window.as_nanos() as u64,
             max: s.max_findings,
-            files: StateMap::new("small_reads", |k: &Key| k.0, s.max_findings),
+            files: StateMap::new(DETECTOR.kind, |k: &Key| k.0, s.max_findings),
             since: HashMap::new(),
             recurring: HashSet::new(),
         }
@@ -146,7 +141,7 @@ fn add(into: &mut FileTotals, t: &FileTotals) {
 }
 
 impl Detector for SmallReads {
-    fn observe(&mut self, input: &Input<'_>, metrics: &mut DetectorMetrics) {
+    fn observe(&mut self, input: &Input<'_>, evictions: &mut Evictions) {
         let (Event::FileClosed(f), Some(file)) = (input.event, input.closed) else { return };
         let totals = FileTotals::from(&f.raw.file);
         if totals.small_reads == 0
@@ -175,7 +170,7 @@ impl Detector for SmallReads {
         st.opens += 1;
         st.reported |= recurs && st.totals.small_reads >= self.min_count;
         if let Some(key) = new {
-            self.files.inserted(key, metrics);
+            self.files.inserted(key, evictions);
         }
     }
 
@@ -201,9 +196,9 @@ impl Detector for SmallReads {
         now_ns: u64,
         live: &[LiveFile<'_>],
         out: &mut Vec<Record>,
-        metrics: &mut DetectorMetrics,
+        evictions: &mut Evictions,
     ) {
-        self.files.prune(now_ns.saturating_sub(self.window_ns), self.max, metrics);
+        self.files.prune(now_ns.saturating_sub(self.window_ns), self.max, evictions);
         // Files still open add what they have read so far.
         let ignored = |path: &str| self.ignore.iter().any(|p| p.matches(path));
         let live: Vec<&LiveFile<'_>> = live
@@ -242,21 +237,16 @@ impl Detector for SmallReads {
             {
                 continue;
             }
-            out.push(Record {
-                cgroup: 0,
-                detail: Detail::SmallReads {
+            out.push(m.record(
+                Detail::SmallReads {
                     path: path.to_string(),
                     file_class: file_class_name(m.class).to_string(),
                     count: t.small_reads,
                     bytes: t.small_read_bytes,
                     typical_size: t.small_read_requested / t.small_reads,
                 },
-                pid: m.pid,
-                incarnation: inc,
-                comm: m.comm,
-                first_ns: m.first_ns,
-                last_ns: m.last_ns,
-            });
+                inc,
+            ));
         }
     }
 }

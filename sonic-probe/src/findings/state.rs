@@ -21,7 +21,21 @@
 
 use std::{collections::HashMap, hash::Hash};
 
-use super::DetectorMetrics;
+/// States evicted, by (detector kind, state): "working" state evicted for
+/// room, "finding"s dropped beyond --max-findings.
+#[derive(Debug, Default, Clone)]
+pub struct Evictions(HashMap<(&'static str, &'static str), u64>);
+
+impl Evictions {
+    pub fn add(&mut self, kind: &'static str, state: &'static str, n: u64) {
+        *self.0.entry((kind, state)).or_default() += n;
+    }
+
+    /// States of `kind` evicted from `state` so far.
+    pub fn get(&self, kind: &str, state: &str) -> u64 {
+        self.0.get(&(kind, state)).copied().unwrap_or(0)
+    }
+}
 
 /// What the bound needs to know of a state.
 pub(crate) trait Tracked {
@@ -32,6 +46,41 @@ pub(crate) trait Tracked {
     /// first.
     fn hits(&self) -> u64;
 }
+
+/// Implements [`Tracked`] for a state with the fields every detector's
+/// states have (`pid`, `comm`, `first_ns`, `last_ns`, `reported`), touched
+/// as often as its field `$hits` says, and gives it `record`: the finding
+/// of the state with that detail.
+macro_rules! tracked {
+    ($state:ty, $hits:ident) => {
+        impl $state {
+            fn record(&self, detail: $crate::findings::Detail, incarnation: u64) -> $crate::findings::Record {
+                $crate::findings::Record {
+                    cgroup: 0,
+                    detail,
+                    pid: self.pid,
+                    incarnation,
+                    comm: self.comm.clone(),
+                    first_ns: self.first_ns,
+                    last_ns: self.last_ns,
+                }
+            }
+        }
+
+        impl $crate::findings::state::Tracked for $state {
+            fn last_ns(&self) -> u64 {
+                self.last_ns
+            }
+            fn reported(&self) -> bool {
+                self.reported
+            }
+            fn hits(&self) -> u64 {
+                self.$hits
+            }
+        }
+    };
+}
+pub(crate) use tracked;
 
 /// Working states kept per detector beyond its findings, at least.
 pub(crate) const MIN_WORKING: usize = 256;
@@ -72,9 +121,9 @@ impl<K: Eq + Hash + Clone, V: Tracked> StateMap<K, V> {
 
     /// After inserting `key`: remembers whose it is and evicts working state
     /// fairly if there is too much.
-    pub fn inserted(&mut self, key: K, metrics: &mut DetectorMetrics) {
+    pub fn inserted(&mut self, key: K, evictions: &mut Evictions) {
         self.by_owner.entry((self.owner)(&key)).or_default().push(key);
-        self.bound(metrics);
+        self.bound(evictions);
     }
 
     fn reindex(&mut self) {
@@ -86,7 +135,7 @@ impl<K: Eq + Hash + Clone, V: Tracked> StateMap<K, V> {
 
     /// Evicts working state fairly if there is too much. Amortized: one
     /// pass evicts an eighth of the cap.
-    fn bound(&mut self, metrics: &mut DetectorMetrics) {
+    fn bound(&mut self, evictions: &mut Evictions) {
         if self.map.len().saturating_sub(self.reported_floor) <= self.working_cap {
             return;
         }
@@ -115,7 +164,7 @@ impl<K: Eq + Hash + Clone, V: Tracked> StateMap<K, V> {
         for (_, _, _, k) in ranked.into_iter().take(n) {
             self.map.remove(&k);
         }
-        metrics.add_evictions(self.kind, "working", n as u64);
+        evictions.add(self.kind, "working", n as u64);
         self.reindex();
     }
 
@@ -131,7 +180,7 @@ impl<K: Eq + Hash + Clone, V: Tracked> StateMap<K, V> {
     /// Drops states not seen since `oldest_ns` (findings and working state
     /// alike: their time has passed), and keeps at most `max` findings, the
     /// most recently seen.
-    pub fn prune(&mut self, oldest_ns: u64, max: usize, metrics: &mut DetectorMetrics) {
+    pub fn prune(&mut self, oldest_ns: u64, max: usize, evictions: &mut Evictions) {
         self.map.retain(|_, v| v.last_ns() >= oldest_ns);
         let reported = self.map.values().filter(|v| v.reported()).count();
         self.reported_floor = reported.min(max);
@@ -146,7 +195,7 @@ impl<K: Eq + Hash + Clone, V: Tracked> StateMap<K, V> {
             for (_, k) in by_age.into_iter().take(reported - max) {
                 self.map.remove(&k);
             }
-            metrics.add_evictions(self.kind, "finding", (reported - max) as u64);
+            evictions.add(self.kind, "finding", (reported - max) as u64);
         }
         self.reindex();
     }
@@ -188,40 +237,40 @@ mod tests {
         StateMap::new("repeated_open", |k| k.0, 1)
     }
 
-    fn put(m: &mut StateMap<(u64, u64), S>, k: (u64, u64), v: S, metrics: &mut DetectorMetrics) {
+    fn put(m: &mut StateMap<(u64, u64), S>, k: (u64, u64), v: S, evictions: &mut Evictions) {
         m.map.insert(k, v);
-        m.inserted(k, metrics);
+        m.inserted(k, evictions);
     }
 
     #[test]
     fn a_noisy_process_loses_its_own_state_first() {
         let mut m = map();
-        let mut metrics = DetectorMetrics::default();
+        let mut evictions = Evictions::default();
         // The service: a finding and two states seen twice, long ago.
-        put(&mut m, (1, 0), S { last: 1, hits: 5, reported: true }, &mut metrics);
-        put(&mut m, (1, 1), S { last: 2, hits: 2, reported: false }, &mut metrics);
-        put(&mut m, (1, 2), S { last: 3, hits: 1, reported: false }, &mut metrics);
+        put(&mut m, (1, 0), S { last: 1, hits: 5, reported: true }, &mut evictions);
+        put(&mut m, (1, 1), S { last: 2, hits: 2, reported: false }, &mut evictions);
+        put(&mut m, (1, 2), S { last: 3, hits: 1, reported: false }, &mut evictions);
         // A noisy process touching 100k distinct keys, newer than all of them.
         for i in 0..100_000 {
-            put(&mut m, (2, i), S { last: 10 + i, hits: 1, reported: false }, &mut metrics);
+            put(&mut m, (2, i), S { last: 10 + i, hits: 1, reported: false }, &mut evictions);
             assert!(m.len() <= MIN_WORKING + 1 + 1, "{}", m.len());
         }
         for k in [(1, 0), (1, 1), (1, 2)] {
             assert!(m.map.contains_key(&k), "{k:?} evicted");
         }
-        let evicted = metrics.evictions[&("repeated_open", "working")];
+        let evicted = evictions.get("repeated_open", "working");
         assert_eq!(evicted as usize, 100_000 + 3 - m.len());
     }
 
     #[test]
     fn many_processes_share_the_cap_evenly() {
         let mut m = map();
-        let mut metrics = DetectorMetrics::default();
+        let mut evictions = Evictions::default();
         // 1000 live processes with 10 states each: every process keeps its
         // most useful ones, none keeps more than the others.
         for t in 0..10 {
             for p in 0..1000 {
-                put(&mut m, (p, t), S { last: t * 1000 + p, hits: 1, reported: false }, &mut metrics);
+                put(&mut m, (p, t), S { last: t * 1000 + p, hits: 1, reported: false }, &mut evictions);
             }
         }
         assert!(m.len() <= MIN_WORKING);
@@ -235,19 +284,19 @@ mod tests {
     #[test]
     fn exit_drops_working_state_not_findings_and_prune_bounds_findings() {
         let mut m = map();
-        let mut metrics = DetectorMetrics::default();
-        put(&mut m, (1, 0), S { last: 5, hits: 3, reported: true }, &mut metrics);
-        put(&mut m, (1, 1), S { last: 5, hits: 1, reported: false }, &mut metrics);
-        put(&mut m, (2, 1), S { last: 5, hits: 1, reported: false }, &mut metrics);
+        let mut evictions = Evictions::default();
+        put(&mut m, (1, 0), S { last: 5, hits: 3, reported: true }, &mut evictions);
+        put(&mut m, (1, 1), S { last: 5, hits: 1, reported: false }, &mut evictions);
+        put(&mut m, (2, 1), S { last: 5, hits: 1, reported: false }, &mut evictions);
         m.exited(1);
         assert!(m.map.contains_key(&(1, 0)) && !m.map.contains_key(&(1, 1)) && m.map.contains_key(&(2, 1)));
         for i in 0..10 {
-            put(&mut m, (3, i), S { last: 10 + i, hits: 3, reported: true }, &mut metrics);
+            put(&mut m, (3, i), S { last: 10 + i, hits: 3, reported: true }, &mut evictions);
         }
-        m.prune(6, 4, &mut metrics);
+        m.prune(6, 4, &mut evictions);
         let mut left: Vec<_> = m.map.keys().copied().collect();
         left.sort();
         assert_eq!(left, vec![(3, 6), (3, 7), (3, 8), (3, 9)], "aged out, then the newest 4 findings");
-        assert_eq!(metrics.evictions[&("repeated_open", "finding")], 6);
+        assert_eq!(evictions.get("repeated_open", "finding"), 6);
     }
 }

@@ -25,13 +25,45 @@
 
 use std::{collections::VecDeque, sync::Arc};
 
+use prometheus::proto::{MetricFamily, MetricType::COUNTER};
 use sonic_probe_common::syscalls;
 
 use super::{
-    state::{StateMap, Tracked},
-    Detail, Detector, DetectorMetrics, Input, LiveFile, Record, Settings, RECUR_AFTER_NS,
+    state::{tracked, StateMap},
+    tally::Tally,
+    Detail, Detector, DetectorCounts, Evictions, Input, LiveFile, Record, Registration, Settings,
+    RECUR_AFTER_NS,
 };
-use crate::{errno, events::Event};
+use crate::{
+    errno,
+    events::Event,
+    metrics::family::{def, Fold, MetricDef},
+};
+
+pub const DETECTOR: Registration =
+    Registration { kind: "syscall_errors", metrics: METRICS, new: |s| Box::new(SyscallErrors::new(s)) };
+
+#[rustfmt::skip]
+const METRICS: &[MetricDef] = &[
+    def("sonic_probe_recurring_errors_total", COUNTER, &["comm", "workload", "syscall", "errno"],
+        "Failed calls counted in syscall_errors findings: failures that recur within their process."),
+];
+
+/// What it exports.
+#[derive(Debug, Clone, Default)]
+pub struct Counts {
+    /// Failures counted in findings, by (syscall, errno name).
+    recurring: Tally<(&'static str, String)>,
+}
+
+impl DetectorCounts for Counts {
+    fn collect(&self, fold: &mut Fold<'_>, out: &mut Vec<MetricFamily>) {
+        out.push(
+            self.recurring
+                .export(&METRICS[0], fold, |_, (syscall, errno)| [syscall.to_string(), errno.clone()]),
+        );
+    }
+}
 
 /// Failing paths kept per finding.
 pub const MAX_PATHS: usize = 5;
@@ -55,17 +87,7 @@ struct ErrState {
     reported: bool,
 }
 
-impl Tracked for ErrState {
-    fn last_ns(&self) -> u64 {
-        self.last_ns
-    }
-    fn reported(&self) -> bool {
-        self.reported
-    }
-    fn hits(&self) -> u64 {
-        self.count
-    }
-}
+tracked!(ErrState, count);
 
 /// (incarnation, syscall, errno).
 type Key = (u64, u16, u16);
@@ -76,6 +98,7 @@ pub struct SyscallErrors {
     max: usize,
     verbose: bool,
     errors: StateMap<Key, ErrState>,
+    counts: Counts,
 }
 
 impl SyscallErrors {
@@ -85,7 +108,8 @@ impl SyscallErrors {
             window_ns: s.window.as_nanos() as u64,
             max: s.max_findings,
             verbose: s.verbose,
-            errors: StateMap::new("syscall_errors", |k: &Key| k.0, s.max_findings),
+            errors: StateMap::new(DETECTOR.kind, |k: &Key| k.0, s.max_findings),
+            counts: Counts::default(),
         }
     }
 }
@@ -104,7 +128,7 @@ fn recurs(st: &mut ErrState, path: Option<&str>, t: u64) -> bool {
 }
 
 impl Detector for SyscallErrors {
-    fn observe(&mut self, input: &Input<'_>, metrics: &mut DetectorMetrics) {
+    fn observe(&mut self, input: &Input<'_>, evictions: &mut Evictions) {
         let Event::Call(c) = input.event else { return };
         let Some(e) = c.errno() else { return };
         if c.raw.syscall == syscalls::FUTEX || RETRY.contains(&e) {
@@ -143,12 +167,19 @@ impl Detector for SyscallErrors {
         st.count += 1;
         st.last_ns = t;
         let name = syscalls::by_index(c.raw.syscall).map_or("?", |s| s.name);
-        if st.reported {
-            metrics.add_recurring_errors(&st.comm, name, &errno::name(e), 1);
+        // Failures counted in findings: all so far once it recurs, then each.
+        let counted = if st.reported {
+            Some(1)
         } else if self.verbose || recurs(st, path.as_deref(), t) {
             st.reported = true;
-            metrics.add_recurring_errors(&st.comm, name, &errno::name(e), st.count);
             st.seen = VecDeque::new();
+            Some(st.count)
+        } else {
+            None
+        };
+        if let Some(n) = counted {
+            let key = (name, errno::name(e));
+            self.counts.recurring.add(&st.comm, input.cgroup, key.clone(), key, n);
         }
         if let Some(p) = path {
             st.paths.retain(|q| *q != p);
@@ -161,7 +192,7 @@ impl Detector for SyscallErrors {
             st.length = Some(c.raw.args[1]);
         }
         if let Some(key) = new {
-            self.errors.inserted(key, metrics);
+            self.errors.inserted(key, evictions);
         }
     }
 
@@ -183,26 +214,25 @@ impl Detector for SyscallErrors {
         now_ns: u64,
         _live: &[LiveFile<'_>],
         out: &mut Vec<Record>,
-        metrics: &mut DetectorMetrics,
+        evictions: &mut Evictions,
     ) {
-        self.errors.prune(now_ns.saturating_sub(self.window_ns), self.max, metrics);
+        self.errors.prune(now_ns.saturating_sub(self.window_ns), self.max, evictions);
         for ((inc, sc, e), st) in self.errors.map.iter().filter(|(_, st)| st.reported) {
-            out.push(Record {
-                cgroup: 0,
-                detail: Detail::SyscallErrors {
+            out.push(st.record(
+                Detail::SyscallErrors {
                     syscall: syscalls::by_index(*sc).map_or("?", |s| s.name).to_string(),
                     errno: errno::name(*e),
                     count: st.count,
                     paths: st.paths.iter().cloned().collect(),
                     length: st.length,
                 },
-                pid: st.pid,
-                incarnation: *inc,
-                comm: st.comm.clone(),
-                first_ns: st.first_ns,
-                last_ns: st.last_ns,
-            });
+                *inc,
+            ));
         }
+    }
+
+    fn counts(&self) -> Box<dyn DetectorCounts> {
+        Box::new(self.counts.clone())
     }
 }
 
@@ -271,7 +301,7 @@ mod tests {
         assert_eq!(*count, 9, "every failure of (openat, ENOENT) in the process, probes included");
         assert_eq!(paths.last().unwrap(), "/models/v2.pth");
         e.observe(&openat(4, 3 * SEC, "/models/v2.pth", -2, 0));
-        assert_eq!(e.metrics.recurring_errors[&("app".into(), 0, "openat".into(), "ENOENT".into())], 10);
+        assert_eq!(counts::<Counts>(&e).recurring.get("app", 0, ("openat", "ENOENT".into())), 10);
         // Another errno without a path recurs by itself.
         let mmap =
             |t| Event::Call(call(syscalls::MMAP, 4, 4, t, 100, -12, [0, 1 << 40, 3, 0x22, u64::MAX, 0]));
