@@ -20,6 +20,7 @@ use std::{collections::VecDeque, sync::Arc};
 use sonic_probe_common::{file_class_name, syscalls};
 
 use super::{
+    path_patterns::PathPatterns,
     state::{StateMap, Tracked},
     Detail, Detector, DetectorMetrics, Input, LiveFile, Record, Settings, RECUR_AFTER_NS,
 };
@@ -59,7 +60,7 @@ impl Tracked for PathState {
 type Key = (u64, Arc<str>);
 
 pub struct RepeatedOpen {
-    ignore: Vec<glob::Pattern>,
+    ignore: PathPatterns,
     min_count: u64,
     run_window_ns: u64,
     window_ns: u64,
@@ -71,7 +72,7 @@ pub struct RepeatedOpen {
 impl RepeatedOpen {
     pub fn new(s: &Settings) -> Self {
         RepeatedOpen {
-            ignore: s.ignore_paths.clone(),
+            ignore: PathPatterns::new(&s.ignore_paths),
             min_count: s.repeated_open_count.max(1),
             run_window_ns: s.repeated_open_window.as_nanos() as u64,
             window_ns: s.window.as_nanos() as u64,
@@ -91,7 +92,7 @@ impl Detector for RepeatedOpen {
                 if !file.is_regular()
                     || file.opened_ns != c.raw.header.time_ns
                     || (writes && !self.verbose)
-                    || self.ignore.iter().any(|p| p.matches(&file.path))
+                    || self.ignore.matches(&file.path)
                 {
                     return;
                 }

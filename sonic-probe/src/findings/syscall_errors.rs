@@ -28,6 +28,7 @@ use std::{collections::VecDeque, sync::Arc};
 use sonic_probe_common::syscalls;
 
 use super::{
+    path_patterns::PathPatterns,
     state::{StateMap, Tracked},
     Detail, Detector, DetectorMetrics, Input, LiveFile, Record, Settings, RECUR_AFTER_NS,
 };
@@ -71,7 +72,7 @@ impl Tracked for ErrState {
 type Key = (u64, u16, u16);
 
 pub struct SyscallErrors {
-    ignore: Vec<glob::Pattern>,
+    ignore: PathPatterns,
     window_ns: u64,
     max: usize,
     verbose: bool,
@@ -81,7 +82,7 @@ pub struct SyscallErrors {
 impl SyscallErrors {
     pub fn new(s: &Settings) -> Self {
         SyscallErrors {
-            ignore: s.ignore_paths.clone(),
+            ignore: PathPatterns::new(&s.ignore_paths),
             window_ns: s.window.as_nanos() as u64,
             max: s.max_findings,
             verbose: s.verbose,
@@ -114,7 +115,7 @@ impl Detector for SyscallErrors {
         if c.raw.syscall == syscalls::CLOSE && e == libc::EBADF as u16 && !self.verbose {
             return;
         }
-        let ignored = |p: &str| self.ignore.iter().any(|g| g.matches(p));
+        let ignored = |p: &str| self.ignore.matches(p);
         let path = c.path_lossy();
         if path.as_deref().is_some_and(ignored) {
             return;
