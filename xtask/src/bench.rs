@@ -804,6 +804,27 @@ impl Bench {
     }
 }
 
+/// `bench --cpu-only`: the daemon's CPU and memory at CPU_RATE traced
+/// calls/s with the noise mix, `rounds` times, and nothing else (for quick
+/// comparisons while optimizing the daemon's user-space side).
+pub fn cpu_only(root: &Path, smoke: bool, rounds: usize) -> Result<String> {
+    let b = Bench::new(root, smoke);
+    let seconds = if smoke { 2 } else { 10 };
+    let mut out = format!(
+        "## The daemon at {CPU_RATE} traced calls/s with the noise mix ({seconds} s per round)\n\n\
+         | round | traced process without -> with | daemon, % of one core | daemon resident |\n|---|---|---|---|\n"
+    );
+    for round in 1..=rounds {
+        let c = b.cpu_at_rate(CPU_RATE, seconds)?;
+        eprintln!("== round {round}/{rounds}: daemon {:.2}% of one core, {:.0} MiB", c.daemon, c.rss_mib);
+        out.push_str(&format!(
+            "| {round} | {:.2}% -> {:.2}% | {:.2}% | {:.1} MiB |\n",
+            c.without, c.with, c.daemon, c.rss_mib
+        ));
+    }
+    Ok(out)
+}
+
 /// What the CPU measurement of one round found.
 #[derive(Debug, Clone, Copy)]
 struct CpuSample {

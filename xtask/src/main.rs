@@ -39,7 +39,7 @@ tasks:
                  kernels (vmtest)
   demo           run the daemon against a faulty stand-in of the Sonic service
                  (tests/workloads/sonic_sim.py) and print what it found (needs root)
-  bench [--smoke] [--rounds N] [--only none,floor,minimal,run,run-fallback,run-no-workloads,run-no-captures,run-baseline,trace,bpftrace,perf,strace]
+  bench [--smoke] [--rounds N] [--cpu-only] [--only none,floor,minimal,run,run-fallback,run-no-workloads,run-no-captures,run-baseline,trace,bpftrace,perf,strace]
                  measure the cost per call of sonic-probe (its fast programs and
                  the fallbacks older kernels get) against no tracer, the
                  floor (empty BPF programs), a minimal exact latency histogram,
@@ -50,7 +50,9 @@ tasks:
                  the daemon's CPU, memory, start time and scaling; writes
                  target/bench/report.md (needs root; 7 rounds by default).
                  SONIC_PROBE_BENCH_BASELINE=PATH adds run-baseline: `run` of an
-                 earlier build at PATH, side by side with this one
+                 earlier build at PATH, side by side with this one.
+                 --cpu-only: only the daemon's CPU and memory at 100k traced
+                 calls/s with the noise mix beside it, printed (10 s a round; 2 with --smoke)
   package        build the Debian package (cargo-deb), install it with dpkg, check
                  it (binary, unit enabled, config valid), then purge it; --keep keeps it
   vmtest [--kernel 5.10|6.1|6.12|all] [--env NAME=VALUE]... [--timeout SECS]
@@ -418,6 +420,11 @@ fn bench_task(args: &[String]) -> Result<()> {
     ));
     report.push_str(&bench::machine_facts());
     report.push('\n');
+    if args.iter().any(|a| a == "--cpu-only") {
+        report.push_str(&bench::cpu_only(&root(), smoke, rounds)?);
+        println!("{report}");
+        return Ok(());
+    }
     report.push_str(&bench::run(&root(), smoke, rounds, &tracers)?);
     if tracers.len() < all.len() {
         println!("{report}");

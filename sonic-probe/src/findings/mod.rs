@@ -25,6 +25,7 @@ pub mod files;
 pub mod futex_stall;
 pub mod merge;
 pub mod mmap_churn;
+pub mod path_patterns;
 pub mod paths;
 pub mod repeated_open;
 pub mod service;

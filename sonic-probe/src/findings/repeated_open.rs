@@ -21,6 +21,7 @@ use prometheus::proto::{MetricFamily, MetricType::COUNTER};
 use sonic_probe_common::{file_class_name, syscalls};
 
 use super::{
+    path_patterns::PathPatterns,
     state::{tracked, StateMap},
     tally::Tally,
     Detail, Detector, DetectorCounts, Evictions, Input, LiveFile, Record, Registration, Settings,
@@ -77,7 +78,7 @@ tracked!(PathState, opens);
 type Key = (u64, Arc<str>);
 
 pub struct RepeatedOpen {
-    ignore: Vec<glob::Pattern>,
+    ignore: PathPatterns,
     min_count: u64,
     run_window_ns: u64,
     window_ns: u64,
@@ -90,7 +91,7 @@ pub struct RepeatedOpen {
 impl RepeatedOpen {
     pub fn new(s: &Settings) -> Self {
         RepeatedOpen {
-            ignore: s.ignore_paths.clone(),
+            ignore: PathPatterns::new(&s.ignore_paths),
             min_count: s.repeated_open_count.max(1),
             run_window_ns: s.repeated_open_window.as_nanos() as u64,
             window_ns: s.window.as_nanos() as u64,
@@ -111,7 +112,7 @@ impl Detector for RepeatedOpen {
                 if !file.is_regular()
                     || file.opened_ns != c.raw.header.time_ns
                     || (writes && !self.verbose)
-                    || self.ignore.iter().any(|p| p.matches(&file.path))
+                    || self.ignore.matches(&file.path)
                 {
                     return;
                 }

@@ -33,6 +33,7 @@ use std::{
 use sonic_probe_common::file_class_name;
 
 use super::{
+    path_patterns::PathPatterns,
     state::{tracked, StateMap},
     Detail, Detector, Evictions, FileTotals, Input, LiveFile, Record, Registration, Settings, RECUR_AFTER_NS,
 };
@@ -65,7 +66,7 @@ tracked!(FileState, opens);
 type Key = (u64, Arc<str>);
 
 pub struct SmallReads {
-    ignore: Vec<glob::Pattern>,
+    ignore: PathPatterns,
     /// The small-read threshold: opens that read less in all read whole.
     small_bytes: u64,
     verbose: bool,
@@ -82,7 +83,7 @@ pub struct SmallReads {
 impl SmallReads {
     pub fn new(s: &Settings) -> Self {
         SmallReads {
-            ignore: s.ignore_paths.clone(),
+            ignore: PathPatterns::new(&s.ignore_paths),
             small_bytes: s.small_read_bytes,
             verbose: s.verbose,
             min_count: s.small_read_min_count.max(1),
@@ -147,7 +148,7 @@ impl Detector for SmallReads {
         if totals.small_reads == 0
             || !file.is_regular()
             || self.read_whole(&totals)
-            || self.ignore.iter().any(|p| p.matches(&file.path))
+            || self.ignore.matches(&file.path)
         {
             return;
         }
@@ -200,7 +201,7 @@ impl Detector for SmallReads {
     ) {
         self.files.prune(now_ns.saturating_sub(self.window_ns), self.max, evictions);
         // Files still open add what they have read so far.
-        let ignored = |path: &str| self.ignore.iter().any(|p| p.matches(path));
+        let ignored = |path: &str| self.ignore.matches(path);
         let live: Vec<&LiveFile<'_>> = live
             .iter()
             .filter(|l| {

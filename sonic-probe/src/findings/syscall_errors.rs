@@ -29,6 +29,7 @@ use prometheus::proto::{MetricFamily, MetricType::COUNTER};
 use sonic_probe_common::syscalls;
 
 use super::{
+    path_patterns::PathPatterns,
     state::{tracked, StateMap},
     tally::Tally,
     Detail, Detector, DetectorCounts, Evictions, Input, LiveFile, Record, Registration, Settings,
@@ -93,7 +94,7 @@ tracked!(ErrState, count);
 type Key = (u64, u16, u16);
 
 pub struct SyscallErrors {
-    ignore: Vec<glob::Pattern>,
+    ignore: PathPatterns,
     window_ns: u64,
     max: usize,
     verbose: bool,
@@ -104,7 +105,7 @@ pub struct SyscallErrors {
 impl SyscallErrors {
     pub fn new(s: &Settings) -> Self {
         SyscallErrors {
-            ignore: s.ignore_paths.clone(),
+            ignore: PathPatterns::new(&s.ignore_paths),
             window_ns: s.window.as_nanos() as u64,
             max: s.max_findings,
             verbose: s.verbose,
@@ -138,7 +139,7 @@ impl Detector for SyscallErrors {
         if c.raw.syscall == syscalls::CLOSE && e == libc::EBADF as u16 && !self.verbose {
             return;
         }
-        let ignored = |p: &str| self.ignore.iter().any(|g| g.matches(p));
+        let ignored = |p: &str| self.ignore.matches(p);
         let path = c.path_lossy();
         if path.as_deref().is_some_and(ignored) {
             return;
