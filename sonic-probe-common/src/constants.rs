@@ -136,13 +136,8 @@ shared_consts! {
     pub const MAX_TARGET_THREADS: u32 = 4096;
     /// Deepest cgroup level a --cgroup target may have (bits of cgroup_levels).
     pub const MAX_CGROUP_LEVEL: u32 = 31;
-    /// max_entries of stats_index and the most slots syscall_stats (a
-    /// per-CPU array, allocated whole at load) may have; the daemon sizes
-    /// syscall_stats to its memory budget (probe::stats_slots).
+    /// max_entries of syscall_stats (per-CPU, allocated on use).
     pub const MAX_STATS_ENTRIES: u32 = 16384;
-    /// Entries of a thread's cache of its statistics slots
-    /// (thread_state.stats_slots; a power of 2).
-    pub const STATS_SLOT_CACHE: u32 = 16;
     /// max_entries of syscall_errors (per-CPU, allocated on use).
     pub const MAX_ERROR_ENTRIES: u32 = 8192;
     /// max_entries of open_files (descriptors of watched processes).

@@ -75,45 +75,23 @@ struct {
 } zero_thread_state SEC(".maps");
 #endif
 
-/* Where each (process name, workload, syscall, variant) is counted: its
- * slot in syscall_stats, taken at its first call and kept for the
- * daemon's lifetime (stats.h). */
+/* Exact per-name call statistics, per CPU; read by the daemon at scrape time. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, SP_MAX_STATS_ENTRIES);
 	__type(key, struct stats_key);
-	__type(value, __u32);
-} stats_index SEC(".maps");
-
-/* Exact call statistics, per CPU, one slot per stats_index entry (slot i <
- * SP_NR_SYSCALLS: syscall i's overflow entry); read by the daemon at
- * scrape time. The daemon sizes it at load to its memory budget: a per-CPU
- * array is allocated whole. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, SP_MAX_STATS_ENTRIES);
-	__type(key, __u32);
 	__type(value, struct syscall_stats);
 } syscall_stats SEC(".maps");
 
-/* Slots of syscall_stats taken: slot -> 1 (stats.h). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, SP_MAX_STATS_ENTRIES);
-	__type(key, __u32);
-	__type(value, __u32);
-} stats_claims SEC(".maps");
-
-/* How many slots of syscall_stats past the overflow slots are taken: where
- * to look for a free one. */
+/* One all-zero value: new syscall_stats entries are copied from it (too
+ * big for the 512-byte BPF stack). Never written. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u64);
-} stats_taken SEC(".maps");
+	__type(value, struct syscall_stats);
+} zero_stats SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);

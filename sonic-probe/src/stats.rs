@@ -163,18 +163,11 @@ impl StatsStore {
 
     /// Reads the maps: totals since attach.
     pub fn snapshot(&self) -> Snapshot {
-        let stats: Vec<(StatsKey, SyscallStats)> = self
-            .maps
-            .index
-            .iter()
-            .filter_map(|r| r.ok())
-            .filter_map(|(key, slot)| {
-                let vals = self.maps.stats.get(&slot, 0).ok()?;
-                let mut s = SyscallStats::zeroed();
-                vals.iter().for_each(|v| add_stats(&mut s, v));
-                Some((key, s))
-            })
-            .collect();
+        let stats = read_summed(&self.maps.stats, |vals: &[SyscallStats]| {
+            let mut s = SyscallStats::zeroed();
+            vals.iter().for_each(|v| add_stats(&mut s, v));
+            s
+        });
         let errors = read_summed(&self.maps.errors, |vals: &[u64]| vals.iter().sum());
         self.aggregator.snapshot(&stats, &errors)
     }
@@ -193,7 +186,7 @@ impl StatsStore {
     /// Entries in the kernel maps now (names seen plus overflow entries).
     pub fn live_entries(&self) -> (usize, usize) {
         (
-            self.maps.index.keys().filter(|k| k.is_ok()).count(),
+            self.maps.stats.keys().filter(|k| k.is_ok()).count(),
             self.maps.errors.keys().filter(|k| k.is_ok()).count(),
         )
     }

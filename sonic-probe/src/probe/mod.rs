@@ -20,8 +20,8 @@ use aya::{
     Btf, Ebpf, EbpfLoader,
 };
 use sonic_probe_common::{
-    constants::MAX_STATS_ENTRIES, ext_key, syscalls::NR_SYSCALLS, ErrorKey, ExtKey, FileKey, InflightWait,
-    OpenFile, ProbeConfig, SharedStruct, StatsKey, SyscallStats, ThreadState,
+    ext_key, syscalls::NR_SYSCALLS, ErrorKey, ExtKey, FileKey, InflightWait, OpenFile, ProbeConfig,
+    SharedStruct, StatsKey, SyscallStats, ThreadState,
 };
 use sonic_probe_ebpf::{maps, ProgramGroup, Variant, PROGRAMS};
 
@@ -151,7 +151,6 @@ impl Probe {
             // kernel side uses it.
             .allow_unsupported_maps()
             .map_max_entries(maps::EVENTS, ringbuf_bytes)
-            .map_max_entries(maps::SYSCALL_STATS, stats_slots(nr_cpus()?))
             .load(object)
             .map_err(|e| memlock_hint(ProbeError::Load(e)))?;
         for spec in PROGRAMS {
@@ -241,30 +240,29 @@ impl Probe {
 
     /// The aggregation maps, with their overflow entries created (call once).
     pub fn take_aggregates(&mut self) -> Result<Aggregates, ProbeError> {
-        let mut index: HashMap<MapData, StatsKey, u32> =
-            HashMap::try_from(take(&mut self.ebpf, maps::STATS_INDEX)?)
-                .map_err(map_err(maps::STATS_INDEX))?;
-        let stats: PerCpuArray<MapData, SyscallStats> =
-            PerCpuArray::try_from(take(&mut self.ebpf, maps::SYSCALL_STATS)?)
+        let mut stats: PerCpuHashMap<MapData, StatsKey, SyscallStats> =
+            PerCpuHashMap::try_from(take(&mut self.ebpf, maps::SYSCALL_STATS)?)
                 .map_err(map_err(maps::SYSCALL_STATS))?;
         let mut errors: PerCpuHashMap<MapData, ErrorKey, u64> =
             PerCpuHashMap::try_from(take(&mut self.ebpf, maps::SYSCALL_ERRORS)?)
                 .map_err(map_err(maps::SYSCALL_ERRORS))?;
         let counters =
             PerCpuArray::try_from(take(&mut self.ebpf, maps::COUNTERS)?).map_err(map_err(maps::COUNTERS))?;
-        let cpus = nr_cpus()?;
+        let cpus = aya::util::nr_cpus().map_err(|(f, e)| ProbeError::Cpus(format!("{f}: {e}")))?;
         // The entries calls fall back to when a map is full or the kernel
         // cannot allocate (empty name): totals stay exact, exported as
-        // comm="other". Slot i of syscall_stats is syscall i's (stats.h).
+        // comm="other".
         for syscall in 0..NR_SYSCALLS as u16 {
             let key = StatsKey { syscall, ..StatsKey::zeroed() };
-            index.insert(key, u32::from(syscall), 0).map_err(map_err(maps::STATS_INDEX))?;
+            let zero = PerCpuValues::try_from(vec![SyscallStats::zeroed(); cpus])
+                .map_err(|e| ProbeError::Cpus(e.to_string()))?;
+            stats.insert(key, zero, 0).map_err(map_err(maps::SYSCALL_STATS))?;
             let key = ErrorKey { syscall, ..ErrorKey::zeroed() };
             let zero =
                 PerCpuValues::try_from(vec![0u64; cpus]).map_err(|e| ProbeError::Cpus(e.to_string()))?;
             errors.insert(key, zero, 0).map_err(map_err(maps::SYSCALL_ERRORS))?;
         }
-        Ok(Aggregates { index, stats, errors, counters })
+        Ok(Aggregates { stats, errors, counters })
     }
 
     /// Fills the extension -> file class table the programs classify files by.
@@ -319,47 +317,14 @@ impl Probe {
 
 /// The maps the daemon reads at scrape time.
 pub struct Aggregates {
-    /// (name, workload, syscall, variant) -> its slot in `stats`.
-    pub index: HashMap<MapData, StatsKey, u32>,
-    /// slot -> per-CPU call statistics.
-    pub stats: PerCpuArray<MapData, SyscallStats>,
+    /// (process, name, syscall, variant) -> per-CPU call statistics.
+    pub stats: PerCpuHashMap<MapData, StatsKey, SyscallStats>,
     /// (process, name, syscall, errno) -> per-CPU error counts.
     pub errors: PerCpuHashMap<MapData, ErrorKey, u64>,
     /// COUNTER_* indices -> per-CPU counts.
     pub counters: PerCpuArray<MapData, u64>,
 }
 
-/// Kernel memory the statistics may take: syscall_stats is a per-CPU
-/// array, allocated whole at load (400 bytes a slot per CPU).
-pub const STATS_MEMORY_BUDGET: usize = 64 << 20;
-
-/// Slots of syscall_stats on a machine of `cpus` CPUs: as many as the
-/// budget allows, at most MAX_STATS_ENTRIES, at least the overflow slots
-/// and a few hundred names' worth. Keys beyond them count in the overflow
-/// slots (comm="other"), exactly.
-pub fn stats_slots(cpus: usize) -> u32 {
-    let fit = STATS_MEMORY_BUDGET / (std::mem::size_of::<SyscallStats>() * cpus.max(1));
-    fit.clamp(NR_SYSCALLS + 256, MAX_STATS_ENTRIES as usize) as u32
-}
-
-fn nr_cpus() -> Result<usize, ProbeError> {
-    aya::util::nr_cpus().map_err(|(f, e)| ProbeError::Cpus(format!("{f}: {e}")))
-}
-
 fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map, ProbeError> {
     ebpf.take_map(name).ok_or(ProbeError::Missing(name))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn statistics_slots_follow_the_memory_budget() {
-        // Small machines get every slot; big ones what the budget pays for.
-        assert_eq!(stats_slots(2), MAX_STATS_ENTRIES);
-        assert_eq!(stats_slots(128), (STATS_MEMORY_BUDGET / (400 * 128)) as u32);
-        assert_eq!(stats_slots(100_000), NR_SYSCALLS as u32 + 256);
-        assert_eq!(stats_slots(0), MAX_STATS_ENTRIES);
-    }
 }
