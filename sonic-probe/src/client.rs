@@ -1,5 +1,7 @@
 //! `sonic-probe findings`: asks a running daemon for its findings and
-//! prints them as a table a person can read (or as the raw JSON).
+//! prints them as a table a person can read (or as the raw JSON). What a
+//! finding says in its row (and its stacks under it) is its kind's, written
+//! by its detector (`findings::DetailKind`); the table is here.
 
 use std::{path::PathBuf, sync::Arc};
 
@@ -12,8 +14,7 @@ use rustls::pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer, ServerNam
 
 use crate::{
     error::{Error, Result},
-    findings::{Detail, Finding},
-    stacks::{Frame, FrameKind},
+    findings::Finding,
 };
 
 /// The environment variable `--user`'s password is read from.
@@ -233,57 +234,8 @@ pub fn run(url: &str, options: &ClientOptions, json: bool, stacks: bool) -> Resu
     Ok(())
 }
 
-/// Frames of the machinery a wait goes through rather than of the
-/// program's own code: Python's threading module, the C library.
-fn is_machinery(f: &Frame) -> bool {
-    let file = f.file.as_deref().unwrap_or("");
-    let module = f.module.as_deref().unwrap_or("");
-    let base = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
-    let (file, module) = (base(file), base(module));
-    file == "threading.py"
-        || ["libc.so", "libc-", "libpthread", "ld-linux"].iter().any(|m| module.starts_with(m))
-        || (f.kind == FrameKind::Native && f.function.starts_with("__"))
-}
-
-/// The innermost frame of the program's own code (stacks are innermost
-/// first), else the innermost frame.
-pub fn meaningful_frame(stack: &[Frame]) -> Option<&Frame> {
-    stack.iter().find(|f| !is_machinery(f)).or_else(|| stack.first())
-}
-
-/// `infer() at server.py:88`.
-pub fn short_frame(f: &Frame) -> String {
-    let file = f.file.as_deref().map(|p| p.rsplit('/').next().unwrap_or(p));
-    let module = f.module.as_deref().map(|p| p.rsplit('/').next().unwrap_or(p));
-    match (file, f.line, module) {
-        (Some(file), Some(line), _) => format!("{}() at {file}:{line}", f.function),
-        (Some(file), None, _) => format!("{}() in {file}", f.function),
-        (None, _, Some(m)) => format!("{}() in {m}", f.function),
-        (None, _, None) => format!("{}()", f.function),
-    }
-}
-
-/// A frame on a line of its own (`--stacks`).
-fn long_frame(f: &Frame) -> String {
-    let kind = match f.kind {
-        FrameKind::Python => "py",
-        FrameKind::Native => "native",
-    };
-    let mut s = format!("{kind:<6} {}", f.function);
-    match (&f.file, f.line) {
-        (Some(file), Some(line)) => s.push_str(&format!("  {file}:{line}")),
-        (Some(file), None) => s.push_str(&format!("  {file}")),
-        _ => {}
-    }
-    if let Some(m) = &f.module {
-        if f.kind == FrameKind::Native {
-            s.push_str(&format!("  ({m})"));
-        }
-    }
-    s
-}
-
-/// The table, then each finding's stacks under its line (`--stacks`).
+/// The table, then each finding's stacks under its line (`--stacks`; a
+/// kind without stacks prints none).
 pub fn render_with_stacks(findings: &[Finding]) -> String {
     let table = render_table(findings);
     let mut lines = table.lines();
@@ -295,114 +247,9 @@ pub fn render_with_stacks(findings: &[Finding]) -> String {
     for (f, line) in findings.iter().zip(lines) {
         out.push_str(line);
         out.push('\n');
-        if let Detail::FutexStall { tid, waker_tid, stack, waker_stack, stack_note, .. } = &f.detail {
-            let mut block = |title: String, frames: &[Frame]| {
-                if frames.is_empty() {
-                    return;
-                }
-                out.push_str(&format!("    {title}:\n"));
-                for fr in frames {
-                    out.push_str(&format!("      {}\n", long_frame(fr)));
-                }
-            };
-            block(format!("waiting thread (tid {tid})"), stack);
-            let waker = waker_tid.map_or_else(|| "waker".to_string(), |w| format!("waker (tid {w})"));
-            block(waker, waker_stack);
-            if let Some(note) = stack_note {
-                out.push_str(&format!("    stacks: {note}\n"));
-            }
-        }
+        out.push_str(&f.detail.stacks());
     }
     out
-}
-
-/// `1.5 GiB`, `64 KiB`, `512 B`.
-pub fn human_bytes(b: u64) -> String {
-    const UNITS: &[&str] = &["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i + 1 < UNITS.len() {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{b} B")
-    } else if v.fract() == 0.0 {
-        format!("{v:.0} {}", UNITS[i])
-    } else {
-        format!("{v:.1} {}", UNITS[i])
-    }
-}
-
-/// What a finding says, in one line of prose.
-pub fn describe(d: &Detail) -> String {
-    match d {
-        Detail::FutexStall {
-            tid,
-            thread,
-            wait_seconds,
-            op,
-            uaddr,
-            waker_tid,
-            waker_thread,
-            count,
-            stack,
-            waker_stack,
-            stack_note,
-        } => {
-            let woken = match (waker_thread, waker_tid) {
-                (Some(name), Some(t)) => format!(", woken by {name} (tid {t})"),
-                (None, Some(t)) => format!(", woken by tid {t}"),
-                _ => String::new(),
-            };
-            let plural = if *count == 1 { "" } else { "s" };
-            let mut s = format!(
-                "thread {thread} (tid {tid}) waited {wait_seconds:.2} s in {op} on {uaddr}{woken}; {count} stall{plural}"
-            );
-            let mut where_ = Vec::new();
-            if let Some(f) = meaningful_frame(stack) {
-                where_.push(format!("{} waits", short_frame(f)));
-            }
-            if let Some(f) = meaningful_frame(waker_stack) {
-                where_.push(format!("{} holds", short_frame(f)));
-            }
-            if !where_.is_empty() {
-                s.push_str(&format!("; {}", where_.join("; ")));
-            } else if let Some(note) = stack_note {
-                // Only the reason (the part before any detail).
-                let why = note.split(';').next().unwrap_or(note);
-                if !why.starts_with("captured") {
-                    s.push_str(&format!("; no stack: {why}"));
-                }
-            }
-            s
-        }
-        Detail::RepeatedOpen { path, file_class, count, bytes_read } => {
-            format!(
-                "{path} ({file_class}) opened {count} times, {} read through those opens",
-                human_bytes(*bytes_read)
-            )
-        }
-        Detail::SmallReads { path, file_class, count, bytes, typical_size } => format!(
-            "{path} ({file_class}) read in small pieces: {count} reads of about {typical_size} B, {} in all",
-            human_bytes(*bytes)
-        ),
-        Detail::MmapChurn { size_bytes, count, path } => format!(
-            "{} {} mapped and unmapped {count} times",
-            human_bytes(*size_bytes),
-            path.as_ref().map_or_else(|| "anonymous".to_string(), |p| format!("of {p}"))
-        ),
-        Detail::SyscallErrors { syscall, errno, count, paths, length } => {
-            let mut s = format!("{syscall} failed {count} times with {errno}");
-            if !paths.is_empty() {
-                s.push_str(&format!(": {}", paths.join(", ")));
-            }
-            if let Some(l) = length {
-                s.push_str(&format!(" (length {})", human_bytes(*l)));
-            }
-            s
-        }
-    }
 }
 
 /// The findings as an aligned table.
@@ -415,7 +262,7 @@ pub fn render_table(findings: &[Finding]) -> String {
         .map(|f| {
             // 2026-11-29T21:59:02.466Z -> 21:59:02
             let time = f.last_seen.get(11..19).unwrap_or(&f.last_seen).to_string();
-            let mut what = describe(&f.detail);
+            let mut what = f.detail.describe();
             if f.processes > 1 {
                 let pids: Vec<String> = f.pids.iter().map(u32::to_string).collect();
                 let more = if (f.pids.len() as u64) < f.processes { ", ..." } else { "" };
@@ -460,7 +307,10 @@ pub fn render_table(findings: &[Finding]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::findings::WorkloadNames;
+    use crate::{
+        findings::{futex_stall, mmap_churn, repeated_open, syscall_errors, Detail, WorkloadNames},
+        stacks::{Frame, FrameKind},
+    };
 
     fn finding(detail: Detail) -> Finding {
         Finding {
@@ -492,17 +342,9 @@ mod tests {
     }
 
     #[test]
-    fn sizes_read_well() {
-        assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(65536), "64 KiB");
-        assert_eq!(human_bytes(1 << 30), "1 GiB");
-        assert_eq!(human_bytes(1_500_000_000), "1.4 GiB");
-    }
-
-    #[test]
     fn table_reads_like_prose() {
         let t = render_table(&[
-            finding(Detail::FutexStall {
+            finding(Detail::FutexStall(futex_stall::Detail {
                 tid: 4083,
                 thread: "python3".into(),
                 wait_seconds: 3.214567,
@@ -514,14 +356,14 @@ mod tests {
                 stack: Vec::new(),
                 waker_stack: Vec::new(),
                 stack_note: None,
-            }),
-            finding(Detail::RepeatedOpen {
+            })),
+            finding(Detail::RepeatedOpen(repeated_open::Detail {
                 path: "/models/sonic/lip_decoder.pth".into(),
                 file_class: "model".into(),
                 count: 12,
                 bytes_read: 12 << 30,
-            }),
-            finding(Detail::MmapChurn { size_bytes: 1 << 30, count: 5, path: None }),
+            })),
+            finding(Detail::MmapChurn(mmap_churn::Detail { size_bytes: 1 << 30, count: 5, path: None })),
         ]);
         let lines: Vec<&str> = t.lines().collect();
         assert!(lines[0].starts_with("KIND"), "{t}");
@@ -535,13 +377,13 @@ mod tests {
             "{t}"
         );
         assert!(lines[3].contains("1 GiB anonymous mapped and unmapped 5 times"), "{t}");
-        let mut many = finding(Detail::SyscallErrors {
+        let mut many = finding(Detail::SyscallErrors(syscall_errors::Detail {
             syscall: "openat".into(),
             errno: "ENOENT".into(),
             count: 14,
             paths: vec!["/etc/tool.conf".into()],
             length: None,
-        });
+        }));
         (many.processes, many.pids) = (7, vec![900, 899, 850, 812, 800]);
         assert!(
             render_table(&[many]).contains(
@@ -572,7 +414,7 @@ mod tests {
     #[test]
     fn stalls_show_the_innermost_meaningful_frames() {
         let (py, native) = (|| FrameKind::Python, || FrameKind::Native);
-        let stall = finding(Detail::FutexStall {
+        let stall = finding(Detail::FutexStall(futex_stall::Detail {
             tid: 4083,
             thread: "python3".into(),
             wait_seconds: 1.5,
@@ -597,7 +439,7 @@ mod tests {
                 frame("load_weights", Some("/srv/app/loader.py"), Some(41), None, py()),
             ],
             stack_note: Some("captured 0.3 s into the wait".into()),
-        });
+        }));
         let t = render_table(std::slice::from_ref(&stall));
         assert!(t.contains("; infer() at server.py:88 waits; load_weights() at loader.py:41 holds"), "{t}");
         let s = render_with_stacks(&[stall]);
@@ -607,7 +449,7 @@ mod tests {
         assert!(lines[5].contains("__futex_abstimed_wait_common") && lines[5].contains("libc.so.6"), "{s}");
         assert_eq!(lines[6], "    waker (tid 4124):", "{s}");
         assert_eq!(lines.last().unwrap(), &"    stacks: captured 0.3 s into the wait", "{s}");
-        let mut limited = finding(Detail::FutexStall {
+        let mut limited = finding(Detail::FutexStall(futex_stall::Detail {
             tid: 1,
             thread: "python3".into(),
             wait_seconds: 1.5,
@@ -619,7 +461,7 @@ mod tests {
             stack: Vec::new(),
             waker_stack: Vec::new(),
             stack_note: Some("rate_limited: at most one stack capture per process every 10s".into()),
-        });
+        }));
         limited.pid = 1;
         assert!(render_table(&[limited]).contains("; no stack: rate_limited: at most one"));
     }

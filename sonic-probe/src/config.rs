@@ -10,7 +10,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use crate::{
     error::{Error, Result},
-    findings::Settings,
+    findings::{futex_stall, mmap_churn, repeated_open, small_reads, Settings},
     options::RunArgs,
     targets::Targets,
 };
@@ -106,9 +106,9 @@ impl RunConfig {
     /// What the stack capturer needs of the options.
     pub fn capture_settings(&self) -> crate::capture::CaptureSettings {
         crate::capture::CaptureSettings {
-            stall_threshold: self.findings.stall_threshold,
-            request_threads: self.findings.stall_threads.clone(),
-            ignore_threads: self.findings.stall_ignore_threads.clone(),
+            stall_threshold: self.findings.futex_stall.threshold,
+            request_threads: self.findings.futex_stall.threads.clone(),
+            ignore_threads: self.findings.futex_stall.ignore_threads.clone(),
             interval: self.stack_capture_interval,
             window: self.findings.window,
         }
@@ -117,7 +117,7 @@ impl RunConfig {
     /// The threshold the kernel sends slow calls at: low enough for every
     /// detector that needs them.
     pub fn kernel_slow_threshold(&self) -> Duration {
-        self.slow_call.min(self.findings.stall_threshold)
+        self.slow_call.min(self.findings.futex_stall.threshold)
     }
 }
 
@@ -158,16 +158,24 @@ fn findings_settings(a: &RunArgs) -> Result<Settings> {
     Ok(Settings {
         window: positive("--findings-window", given(a.findings_window))?,
         max_findings: at_least_one("--max-findings", given(a.max_findings) as u64)? as usize,
-        stall_threshold: positive("--stall-threshold", given(a.stall_threshold))?,
-        stall_threads: patterns("--stall-thread", &a.stall_thread)?,
-        stall_ignore_threads: patterns("--stall-ignore-thread", &a.stall_ignore_thread)?,
-        repeated_open_count: at_least_one("--repeated-open-count", given(a.repeated_open_count))?,
-        repeated_open_window: positive("--repeated-open-window", given(a.repeated_open_window))?,
-        small_read_bytes: given(a.small_read_threshold),
-        small_read_min_count: at_least_one("--small-read-min-count", given(a.small_read_min_count))?,
-        churn_bytes: large,
-        churn_window: positive("--churn-window", given(a.churn_window))?,
-        churn_cycles: at_least_one("--churn-cycles", given(a.churn_cycles))?,
+        futex_stall: futex_stall::Settings {
+            threshold: positive("--stall-threshold", given(a.stall_threshold))?,
+            threads: patterns("--stall-thread", &a.stall_thread)?,
+            ignore_threads: patterns("--stall-ignore-thread", &a.stall_ignore_thread)?,
+        },
+        repeated_open: repeated_open::Settings {
+            count: at_least_one("--repeated-open-count", given(a.repeated_open_count))?,
+            window: positive("--repeated-open-window", given(a.repeated_open_window))?,
+        },
+        small_reads: small_reads::Settings {
+            bytes: given(a.small_read_threshold),
+            min_count: at_least_one("--small-read-min-count", given(a.small_read_min_count))?,
+        },
+        mmap_churn: mmap_churn::Settings {
+            bytes: large,
+            window: positive("--churn-window", given(a.churn_window))?,
+            cycles: at_least_one("--churn-cycles", given(a.churn_cycles))?,
+        },
         ignore_paths: {
             let mut p = crate::findings::default_ignore_paths();
             p.extend(patterns("--ignore-path", &a.ignore_path)?);
@@ -259,14 +267,14 @@ mod tests {
     #[test]
     fn findings_settings_defaults_and_checks() {
         let s = findings_settings(&run_args(&[])).unwrap();
-        assert_eq!(s.stall_threshold, Duration::from_secs(1));
-        assert_eq!((s.repeated_open_count, s.churn_cycles, s.small_read_bytes), (3, 2, 4096));
-        assert_eq!(s.churn_bytes, 16 << 20);
+        assert_eq!(s.futex_stall.threshold, Duration::from_secs(1));
+        assert_eq!((s.repeated_open.count, s.mmap_churn.cycles, s.small_reads.bytes), (3, 2, 4096));
+        assert_eq!(s.mmap_churn.bytes, 16 << 20);
         assert_eq!(s.window, Duration::from_secs(600));
         let s =
             findings_settings(&run_args(&["--stall-thread", "pt_*", "--stall-threshold", "250ms"])).unwrap();
-        assert!(s.stall_threads[0].matches("pt_main"));
-        assert_eq!(s.stall_threshold, Duration::from_millis(250));
+        assert!(s.futex_stall.threads[0].matches("pt_main"));
+        assert_eq!(s.futex_stall.threshold, Duration::from_millis(250));
         for bad in [
             &["--stall-thread", "[x"][..],
             &["--repeated-open-count", "0"],

@@ -170,7 +170,7 @@ pub fn probe_config(config: &RunConfig) -> ProbeConfig {
         .small_calls(config.small_read_bytes)
         .wakeup_at(config.ringbuf_bytes, 4)
         .workload_cgroups(config.workloads.enabled())
-        .inflight_waits(match (config.stack_captures, config.findings.stall_threads.is_empty()) {
+        .inflight_waits(match (config.stack_captures, config.findings.futex_stall.threads.is_empty()) {
             (false, _) => 0,
             (true, true) => sonic_probe_common::INFLIGHT_MAIN_THREADS,
             (true, false) => sonic_probe_common::INFLIGHT_ALL_THREADS,

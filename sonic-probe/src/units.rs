@@ -1,7 +1,8 @@
 //! Value parsers for the units options are written in: durations, sizes,
 //! listen addresses and sets of system calls. A flag (clap) and a config-file key (serde) parse their
 //! values with the same functions, so they accept the same spellings; this
-//! module knows nothing of either.
+//! module knows nothing of either. Sizes are written back for people here
+//! too ([`human_bytes`]), as findings print them.
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -77,9 +78,35 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     })
 }
 
+/// `1.5 GiB`, `64 KiB`, `512 B`.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: &[&str] = &["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < UNITS.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else if v.fract() == 0.0 {
+        format!("{v:.0} {}", UNITS[i])
+    } else {
+        format!("{v:.1} {}", UNITS[i])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_read_well() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(65536), "64 KiB");
+        assert_eq!(human_bytes(1 << 30), "1 GiB");
+        assert_eq!(human_bytes(1_500_000_000), "1.4 GiB");
+    }
 
     #[test]
     fn durations() {

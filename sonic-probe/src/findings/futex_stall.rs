@@ -18,19 +18,23 @@
 //! and with `run --stack-captures on` the stacks read while the stall
 //! lasted (crate::capture): the waiting thread's, and the waker's.
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    collections::{BTreeMap, HashMap},
+    time::Duration,
+};
 
 use glob::Pattern;
 use prometheus::proto::{
     MetricFamily,
     MetricType::{COUNTER, GAUGE},
 };
+use serde::{Deserialize, Serialize};
 use sonic_probe_common::syscalls;
 
 use super::{
     state::{StateMap, Tracked},
     tally::Tally,
-    Detail, Detector, DetectorCounts, Evictions, Input, LiveFile, Record, Registration, Settings,
+    DetailKind, Detector, DetectorCounts, Evictions, Input, LiveFile, Record, Registration,
 };
 use crate::{
     capture::CaptureStore,
@@ -38,11 +42,124 @@ use crate::{
     futex,
     labels::OTHER,
     metrics::family::{def, family, gauge, Fold, MetricDef},
-    stacks::Frame,
+    stacks::{frame, Frame},
 };
 
 pub const DETECTOR: Registration =
-    Registration { kind: "futex_stall", metrics: METRICS, new: |s| Box::new(FutexStall::new(s)) };
+    Registration { kind: Detail::KIND, metrics: METRICS, new: |s| Box::new(FutexStall::new(s)) };
+
+/// Its thresholds (part of the findings' [`super::Settings`]).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Waits at least this long are stalls.
+    pub threshold: Duration,
+    /// Thread-name patterns of request threads besides the main thread.
+    pub threads: Vec<Pattern>,
+    /// Thread-name patterns never reported as stalled.
+    pub ignore_threads: Vec<Pattern>,
+}
+
+/// Its finding: a request thread waited on a futex for at least the stall
+/// threshold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Detail {
+    pub tid: u32,
+    pub thread: String,
+    /// The longest stall of this thread.
+    pub wait_seconds: f64,
+    /// The futex operation of that stall (FUTEX_WAIT_PRIVATE, ...).
+    pub op: String,
+    /// Its futex word, hex.
+    pub uaddr: String,
+    pub waker_tid: Option<u32>,
+    pub waker_thread: Option<String>,
+    /// Stalls of this thread.
+    pub count: u64,
+    /// The waiting thread's stack during that stall, innermost frame
+    /// first: its Python frames, then its native ones (`run
+    /// --stack-captures`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stack: Vec<Frame>,
+    /// The waker's stack while the request waited (what the holder was
+    /// doing): its Python frames, then its native ones if it was in a
+    /// futex wait itself then.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waker_stack: Vec<Frame>,
+    /// Why a stack is missing or partial, and how far into the wait
+    /// the stacks were read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_note: Option<String>,
+}
+
+impl DetailKind for Detail {
+    const KIND: &'static str = "futex_stall";
+
+    fn problem_key(&self) -> String {
+        self.thread.clone()
+    }
+
+    fn fold(&mut self, later: Self) {
+        let count = self.count + later.count;
+        // The details, stacks included, are those of the longest wait (the
+        // thread name is the same: it is the problem's key).
+        if later.wait_seconds >= self.wait_seconds {
+            *self = later;
+        }
+        self.count = count;
+    }
+
+    // Its stack frames name source files of code, not data: no paths to hide.
+
+    fn describe(&self) -> String {
+        let Detail { tid, thread, wait_seconds, op, uaddr, waker_tid, waker_thread, count, .. } = self;
+        let woken = match (waker_thread, waker_tid) {
+            (Some(name), Some(t)) => format!(", woken by {name} (tid {t})"),
+            (None, Some(t)) => format!(", woken by tid {t}"),
+            _ => String::new(),
+        };
+        let plural = if *count == 1 { "" } else { "s" };
+        let mut s = format!(
+            "thread {thread} (tid {tid}) waited {wait_seconds:.2} s in {op} on {uaddr}{woken}; {count} stall{plural}"
+        );
+        let mut where_ = Vec::new();
+        if let Some(f) = frame::meaningful_frame(&self.stack) {
+            where_.push(format!("{} waits", frame::short_frame(f)));
+        }
+        if let Some(f) = frame::meaningful_frame(&self.waker_stack) {
+            where_.push(format!("{} holds", frame::short_frame(f)));
+        }
+        if !where_.is_empty() {
+            s.push_str(&format!("; {}", where_.join("; ")));
+        } else if let Some(note) = &self.stack_note {
+            // Only the reason (the part before any detail).
+            let why = note.split(';').next().unwrap_or(note);
+            if !why.starts_with("captured") {
+                s.push_str(&format!("; no stack: {why}"));
+            }
+        }
+        s
+    }
+
+    fn stacks(&self) -> String {
+        let mut out = String::new();
+        let mut block = |title: String, frames: &[Frame]| {
+            if frames.is_empty() {
+                return;
+            }
+            out.push_str(&format!("    {title}:\n"));
+            for fr in frames {
+                out.push_str(&format!("      {}\n", frame::long_frame(fr)));
+            }
+        };
+        block(format!("waiting thread (tid {})", self.tid), &self.stack);
+        let waker = self.waker_tid.map_or_else(|| "waker".to_string(), |w| format!("waker (tid {w})"));
+        block(waker, &self.waker_stack);
+        if let Some(note) = &self.stack_note {
+            out.push_str(&format!("    stacks: {note}\n"));
+        }
+        out
+    }
+}
 
 #[rustfmt::skip]
 const METRICS: &[MetricDef] = &[
@@ -90,11 +207,11 @@ pub struct FutexStall {
 type Stacks = (Vec<Frame>, Vec<Frame>, Option<String>);
 
 impl FutexStall {
-    pub fn new(s: &Settings) -> Self {
+    pub fn new(s: &super::Settings) -> Self {
         FutexStall {
-            threshold_ns: s.stall_threshold.as_nanos() as u64,
-            request_threads: s.stall_threads.clone(),
-            ignore_threads: s.stall_ignore_threads.clone(),
+            threshold_ns: s.futex_stall.threshold.as_nanos() as u64,
+            request_threads: s.futex_stall.threads.clone(),
+            ignore_threads: s.futex_stall.ignore_threads.clone(),
             window_ns: s.window.as_nanos() as u64,
             max: s.max_findings,
             records: StateMap::new(DETECTOR.kind, |k: &(u64, u32)| k.0, s.max_findings),
@@ -152,7 +269,7 @@ impl Detector for FutexStall {
         self.counts.stalls.add(&comm, input.cgroup, thread.clone(), OTHER.to_string(), 1);
         let rec = self.records.map.entry((input.incarnation, c.tid())).or_insert_with(|| Record {
             cgroup: 0,
-            detail: Detail::FutexStall {
+            detail: Detail {
                 tid: c.tid(),
                 thread: thread.clone(),
                 wait_seconds: 0.0,
@@ -164,7 +281,8 @@ impl Detector for FutexStall {
                 stack: Vec::new(),
                 waker_stack: Vec::new(),
                 stack_note: None,
-            },
+            }
+            .into(),
             pid: c.tgid(),
             incarnation: input.incarnation,
             comm: comm.clone(),
@@ -173,7 +291,7 @@ impl Detector for FutexStall {
         });
         rec.last_ns = end;
         rec.comm = comm;
-        if let Detail::FutexStall {
+        if let super::Detail::FutexStall(Detail {
             wait_seconds,
             op: o,
             uaddr,
@@ -185,7 +303,7 @@ impl Detector for FutexStall {
             waker_stack: ws,
             stack_note: sn,
             ..
-        } = &mut rec.detail
+        }) = &mut rec.detail
         {
             *count += 1;
             *t = thread;
@@ -201,7 +319,7 @@ impl Detector for FutexStall {
         }
     }
 
-    fn reconfigure(&mut self, s: &Settings) {
+    fn reconfigure(&mut self, s: &super::Settings) {
         let fresh = FutexStall::new(s);
         self.threshold_ns = fresh.threshold_ns;
         self.request_threads = fresh.request_threads;
@@ -219,7 +337,7 @@ impl Detector for FutexStall {
     fn listed(&mut self, records: &[Record]) {
         self.counts.max_seconds.clear();
         for r in records {
-            if let Detail::FutexStall { wait_seconds, .. } = r.detail {
+            if let super::Detail::FutexStall(Detail { wait_seconds, .. }) = r.detail {
                 let m = self.counts.max_seconds.entry((r.comm.clone(), r.cgroup)).or_insert(0.0);
                 *m = m.max(wait_seconds);
             }
@@ -246,15 +364,15 @@ impl Tracked for Record {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::findings::{testing::*, Engine};
-    use std::time::Duration;
+    use crate::findings::{self, testing::*, Engine, Settings};
 
     const WAIT_PRIVATE: u64 = 128;
     const WAIT_BITSET_RT: u64 = 9 | 128 | 256;
     const ETIMEDOUT: i64 = -110;
 
     fn engine(f: impl FnOnce(&mut Settings)) -> Engine {
-        let mut s = Settings { stall_threshold: Duration::from_secs(1), ..Settings::default() };
+        let mut s = Settings::default();
+        s.futex_stall.threshold = Duration::from_secs(1);
         f(&mut s);
         Engine::new(&s)
     }
@@ -266,7 +384,7 @@ mod tests {
         Event::Call(c)
     }
 
-    fn stalls(e: &mut Engine, now: u64) -> Vec<Detail> {
+    fn stalls(e: &mut Engine, now: u64) -> Vec<findings::Detail> {
         e.findings(now, &[])
             .into_iter()
             .filter(|f| f.detail.kind() == "futex_stall")
@@ -280,7 +398,9 @@ mod tests {
         e.observe(&wait(100, 100, SEC, 3 * SEC + SEC / 5, 0, WAIT_PRIVATE, 105));
         let s = stalls(&mut e, 10 * SEC);
         assert_eq!(s.len(), 1);
-        let Detail::FutexStall { tid, wait_seconds, op, uaddr, waker_tid, count, .. } = &s[0] else {
+        let findings::Detail::FutexStall(Detail { tid, wait_seconds, op, uaddr, waker_tid, count, .. }) =
+            &s[0]
+        else {
             panic!()
         };
         assert_eq!((*tid, *count, *waker_tid), (100, 1, Some(105)));
@@ -311,12 +431,12 @@ mod tests {
     #[test]
     fn thread_patterns_select_and_ignore() {
         let mut e = engine(|s| {
-            s.stall_threads = vec![Pattern::new("worker").unwrap()];
+            s.futex_stall.threads = vec![Pattern::new("worker").unwrap()];
         });
         e.observe(&wait(100, 101, SEC, 2 * SEC, 0, WAIT_PRIVATE, 0));
         assert_eq!(stalls(&mut e, 5 * SEC).len(), 1, "named request thread");
         let mut e = engine(|s| {
-            s.stall_ignore_threads = vec![Pattern::new("ap*").unwrap()];
+            s.futex_stall.ignore_threads = vec![Pattern::new("ap*").unwrap()];
         });
         e.observe(&wait(100, 100, SEC, 2 * SEC, 0, WAIT_PRIVATE, 0));
         assert!(stalls(&mut e, 5 * SEC).is_empty(), "ignored main thread");
@@ -332,7 +452,7 @@ mod tests {
         waitv.raw.waker_tid = 0;
         e.observe(&Event::Call(waitv));
         let s = stalls(&mut e, 70 * SEC);
-        let Detail::FutexStall { count, op, wait_seconds, .. } = &s[0] else { panic!() };
+        let findings::Detail::FutexStall(Detail { count, op, wait_seconds, .. }) = &s[0] else { panic!() };
         assert_eq!(*count, 6);
         assert_eq!(op, "futex_waitv");
         assert_eq!(*wait_seconds, 4.0);
@@ -378,7 +498,9 @@ mod tests {
         store.insert(c);
         e.observe(&wait(100, 100, SEC, 2 * SEC, 0, WAIT_PRIVATE, 105));
         let s = stalls(&mut e, 5 * SEC);
-        let Detail::FutexStall { stack, waker_stack, stack_note, .. } = &s[0] else { panic!() };
+        let findings::Detail::FutexStall(Detail { stack, waker_stack, stack_note, .. }) = &s[0] else {
+            panic!()
+        };
         let names = |st: &[Frame]| st.iter().map(|f| f.function.clone()).collect::<Vec<_>>();
         assert_eq!(names(stack), ["infer", "futex_wait"]);
         assert_eq!(names(waker_stack), ["load_weights"]);
@@ -387,19 +509,21 @@ mod tests {
         // A shorter stall without a capture leaves the longest's stacks.
         e.observe(&wait(100, 100, 4 * SEC, SEC, 0, WAIT_PRIVATE, 105));
         let s = stalls(&mut e, 6 * SEC);
-        let Detail::FutexStall { stack, count, .. } = &s[0] else { panic!() };
+        let findings::Detail::FutexStall(Detail { stack, count, .. }) = &s[0] else { panic!() };
         assert_eq!((*count, stack.len()), (2, 2));
         // A longer one without a capture says why it has none.
         e.observe(&wait(100, 100, 7 * SEC, 3 * SEC, 0, WAIT_PRIVATE, 105));
         let s = stalls(&mut e, 11 * SEC);
-        let Detail::FutexStall { stack, stack_note, .. } = &s[0] else { panic!() };
+        let findings::Detail::FutexStall(Detail { stack, stack_note, .. }) = &s[0] else { panic!() };
         assert!(stack.is_empty());
         assert!(stack_note.as_deref().unwrap().starts_with("not captured"), "{stack_note:?}");
         // JSON without the new fields (an older daemon's) still parses.
         let old = serde_json::json!({"kind": "futex_stall", "tid": 1, "thread": "t", "wait_seconds": 1.0,
             "op": "FUTEX_WAIT", "uaddr": "0x1", "waker_tid": null, "waker_thread": null, "count": 1});
-        let d: Detail = serde_json::from_value(old).unwrap();
-        assert!(matches!(d, Detail::FutexStall { ref stack, stack_note: None, .. } if stack.is_empty()));
+        let d: findings::Detail = serde_json::from_value(old).unwrap();
+        assert!(
+            matches!(d, findings::Detail::FutexStall(Detail { ref stack, stack_note: None, .. }) if stack.is_empty())
+        );
     }
 
     #[test]
@@ -410,6 +534,6 @@ mod tests {
         e.observe(&wait(100, 100, 5 * SEC, 2 * SEC, 0, WAIT_PRIVATE, 0));
         let s = stalls(&mut e, 10 * SEC);
         assert_eq!(s.len(), 2);
-        assert!(s.iter().all(|d| matches!(d, Detail::FutexStall { count: 1, .. })));
+        assert!(s.iter().all(|d| matches!(d, findings::Detail::FutexStall(Detail { count: 1, .. }))));
     }
 }

@@ -4,20 +4,20 @@
 //! exact counts need. Listed like that, a harmless pattern of a tool that
 //! runs a thousand times becomes a thousand findings. Here the findings of
 //! processes that have exited are folded by problem: the same kind, process
-//! name, cgroup (workload) and key (the path; the syscall and errno; the size and file; the
-//! thread name) make one finding, with the number of processes, a few pids
-//! and the sums of their counts. A process that is still running keeps its
-//! own finding with its own pid, so a long-lived service's numbers are its
-//! own, never mixed with those of short-lived namesakes.
+//! name, cgroup (workload) and key (each kind says what its key is: the
+//! path; the syscall and errno; the size and file; the thread name) make
+//! one finding, with the number of processes, a few pids and the sums of
+//! their counts (each kind folds its own fields, `DetailKind::fold`). A
+//! process that is still running keeps its own finding with its own pid,
+//! so a long-lived service's numbers are its own, never mixed with those of
+//! short-lived namesakes.
 
 use std::collections::HashMap;
 
-use super::{Detail, Record};
+use super::Record;
 
 /// Pids listed per finding.
 pub const MAX_PIDS: usize = 5;
-/// Failing paths kept in a folded syscall_errors finding.
-const MAX_PATHS: usize = super::syscall_errors::MAX_PATHS;
 
 /// A finding of one or more processes.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,18 +30,6 @@ pub struct Merged {
     pub pids: Vec<u32>,
 }
 
-/// What makes two findings the same problem (besides kind and comm).
-fn problem_key(d: &Detail) -> String {
-    match d {
-        Detail::FutexStall { thread, .. } => thread.clone(),
-        Detail::RepeatedOpen { path, .. } | Detail::SmallReads { path, .. } => path.clone(),
-        Detail::MmapChurn { size_bytes, path, .. } => {
-            format!("{size_bytes} {}", path.as_deref().unwrap_or(""))
-        }
-        Detail::SyscallErrors { syscall, errno, .. } => format!("{syscall} {errno}"),
-    }
-}
-
 /// Folds the records of exited processes by problem; `alive` tells whether
 /// a record's process is still running.
 pub fn merge(records: Vec<Record>, alive: impl Fn(&Record) -> bool) -> Vec<Merged> {
@@ -51,7 +39,7 @@ pub fn merge(records: Vec<Record>, alive: impl Fn(&Record) -> bool) -> Vec<Merge
         if alive(&r) {
             out.push(Merged { pids: vec![r.pid], processes: 1, record: r });
         } else {
-            gone.entry((r.detail.kind(), r.comm.clone(), r.cgroup, problem_key(&r.detail)))
+            gone.entry((r.detail.kind(), r.comm.clone(), r.cgroup, r.detail.problem_key()))
                 .or_default()
                 .push(r);
         }
@@ -71,98 +59,31 @@ pub fn merge(records: Vec<Record>, alive: impl Fn(&Record) -> bool) -> Vec<Merge
     out
 }
 
-/// Adds `r` (seen later) into `acc`.
+/// Adds `r` (seen later) into `acc`; its detector folds the details
+/// ([`super::DetailKind::fold`]).
 fn fold(acc: &mut Record, r: Record) {
     acc.first_ns = acc.first_ns.min(r.first_ns);
     acc.last_ns = acc.last_ns.max(r.last_ns);
     acc.pid = r.pid;
     acc.incarnation = r.incarnation;
-    match (&mut acc.detail, r.detail) {
-        (
-            Detail::FutexStall {
-                tid,
-                wait_seconds,
-                op,
-                uaddr,
-                waker_tid,
-                waker_thread,
-                count,
-                stack,
-                waker_stack,
-                stack_note,
-                ..
-            },
-            Detail::FutexStall {
-                tid: t2,
-                wait_seconds: w2,
-                op: o2,
-                uaddr: u2,
-                waker_tid: wt2,
-                waker_thread: wn2,
-                count: c2,
-                stack: s2,
-                waker_stack: ws2,
-                stack_note: n2,
-                ..
-            },
-        ) => {
-            *count += c2;
-            // The details, stacks included, are those of the longest wait.
-            if w2 >= *wait_seconds {
-                (*tid, *wait_seconds, *op, *uaddr, *waker_tid, *waker_thread) = (t2, w2, o2, u2, wt2, wn2);
-                (*stack, *waker_stack, *stack_note) = (s2, ws2, n2);
-            }
-        }
-        (
-            Detail::RepeatedOpen { count, bytes_read, .. },
-            Detail::RepeatedOpen { count: c2, bytes_read: b2, .. },
-        ) => {
-            *count += c2;
-            *bytes_read += b2;
-        }
-        (
-            Detail::SmallReads { count, bytes, typical_size, .. },
-            Detail::SmallReads { count: c2, bytes: b2, typical_size: t2, .. },
-        ) => {
-            let total = *count + c2;
-            *typical_size = (*typical_size * *count + t2 * c2) / total.max(1);
-            *count = total;
-            *bytes += b2;
-        }
-        (Detail::MmapChurn { count, .. }, Detail::MmapChurn { count: c2, .. }) => *count += c2,
-        (
-            Detail::SyscallErrors { count, paths, length, .. },
-            Detail::SyscallErrors { count: c2, paths: p2, length: l2, .. },
-        ) => {
-            *count += c2;
-            for p in p2 {
-                paths.retain(|q| *q != p);
-                paths.push(p);
-            }
-            let extra = paths.len().saturating_sub(MAX_PATHS);
-            paths.drain(..extra);
-            if l2.is_some() {
-                *length = l2;
-            }
-        }
-        _ => unreachable!("records of one group have one kind"),
-    }
+    acc.detail.fold(r.detail);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::findings::{futex_stall, small_reads, syscall_errors, syscall_errors::MAX_PATHS, Detail};
 
     fn err(pid: u32, inc: u64, comm: &str, errno: &str, count: u64, path: &str, last: u64) -> Record {
         Record {
             cgroup: 0,
-            detail: Detail::SyscallErrors {
+            detail: Detail::SyscallErrors(syscall_errors::Detail {
                 syscall: "openat".into(),
                 errno: errno.into(),
                 count,
                 paths: vec![path.into()],
                 length: None,
-            },
+            }),
             pid,
             incarnation: inc,
             comm: comm.into(),
@@ -189,7 +110,9 @@ mod tests {
         let enoent = git.iter().find(|m| m.processes == 1000).unwrap();
         assert_eq!(enoent.pids, vec![10_999, 10_998, 10_997, 10_996, 10_995]);
         assert_eq!(enoent.record.pid, 10_999);
-        let Detail::SyscallErrors { count, paths, .. } = &enoent.record.detail else { panic!() };
+        let Detail::SyscallErrors(syscall_errors::Detail { count, paths, .. }) = &enoent.record.detail else {
+            panic!()
+        };
         assert_eq!(*count, 2000);
         assert_eq!(paths.len(), MAX_PATHS);
         assert_eq!(paths.last().unwrap(), &format!("/p{}", 999 % 7));
@@ -197,7 +120,9 @@ mod tests {
         let service: Vec<&Merged> = m.iter().filter(|m| m.record.comm == "python3").collect();
         assert_eq!(service.len(), 2);
         assert_eq!((service[0].record.pid, service[0].processes, &service[0].pids), (77, 1, &vec![77]));
-        let Detail::SyscallErrors { count, .. } = &service[0].record.detail else { panic!() };
+        let Detail::SyscallErrors(syscall_errors::Detail { count, .. }) = &service[0].record.detail else {
+            panic!()
+        };
         assert_eq!(*count, 3, "the running service's count is its own");
     }
 
@@ -205,7 +130,7 @@ mod tests {
     fn folded_stalls_keep_the_longest_and_reads_a_weighted_size() {
         let stall = |pid: u32, wait: f64, count: u64| Record {
             cgroup: 0,
-            detail: Detail::FutexStall {
+            detail: Detail::FutexStall(futex_stall::Detail {
                 tid: pid,
                 thread: "main".into(),
                 wait_seconds: wait,
@@ -223,7 +148,7 @@ mod tests {
                 }],
                 waker_stack: Vec::new(),
                 stack_note: None,
-            },
+            }),
             pid,
             incarnation: u64::from(pid),
             comm: "tool".into(),
@@ -232,23 +157,28 @@ mod tests {
         };
         let reads = |pid: u32, count: u64, size: u64| Record {
             cgroup: 0,
-            detail: Detail::SmallReads {
+            detail: Detail::SmallReads(small_reads::Detail {
                 path: "/etc/x".into(),
                 file_class: "other".into(),
                 count,
                 bytes: count * size,
                 typical_size: size,
-            },
+            }),
             ..stall(pid, 0.0, 0)
         };
         let m = merge(vec![stall(1, 2.0, 1), stall(2, 5.0, 2), stall(3, 1.5, 1)], |_| false);
-        let Detail::FutexStall { wait_seconds, count, uaddr, stack, .. } = &m[0].record.detail else {
+        let Detail::FutexStall(futex_stall::Detail { wait_seconds, count, uaddr, stack, .. }) =
+            &m[0].record.detail
+        else {
             panic!()
         };
         assert_eq!((*wait_seconds, *count, uaddr.as_str(), m[0].processes), (5.0, 4, "0x2", 3));
         assert_eq!(stack[0].function, "f2", "the stacks of the longest wait");
         let m = merge(vec![reads(1, 10, 100), reads(2, 30, 500)], |_| false);
-        let Detail::SmallReads { count, bytes, typical_size, .. } = &m[0].record.detail else { panic!() };
+        let Detail::SmallReads(small_reads::Detail { count, bytes, typical_size, .. }) = &m[0].record.detail
+        else {
+            panic!()
+        };
         assert_eq!((*count, *bytes, *typical_size), (40, 16_000, 400));
     }
 }

@@ -2,32 +2,80 @@
 //! 4: the model's memory freed after each inference and mapped again for
 //! the next).
 //!
-//! Rule: an mmap of at least `churn_bytes` (default 16 MiB) that is unmapped
-//! whole (munmap at its start address, of its length) within
-//! `churn_window` (default 60 s) is one cycle. Cycles are grouped per
-//! process by size and file (or anonymous); a group with at least
-//! `churn_cycles` (default 2) cycles is reported. Not churn: glibc's arena
+//! Rule: an mmap of at least `bytes` (--large-map-threshold, default
+//! 16 MiB) that is unmapped whole (munmap at its start address, of its
+//! length) within `window` (--churn-window, default 60 s) is one cycle.
+//! Cycles are grouped per process by size and file (or anonymous); a group
+//! with at least `cycles` (--churn-cycles, default 2) cycles is reported. Not churn: glibc's arena
 //! reservations when threads start (PROT_NONE mappings, trimmed by partial
 //! munmaps), partial unmaps, and the unmapping at process exit (the kernel
 //! tears the address space down without munmap calls).
 
-use std::{collections::HashMap, sync::Arc};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use prometheus::proto::{MetricFamily, MetricType::COUNTER};
+use serde::{Deserialize, Serialize};
 use sonic_probe_common::syscalls;
 
 use super::{
     state::{tracked, StateMap},
     tally::Tally,
-    Detail, Detector, DetectorCounts, Evictions, Input, LiveFile, Record, Registration, Settings,
+    DetailKind, Detector, DetectorCounts, Evictions, Input, LiveFile, PathDisplay, Record, Registration,
 };
 use crate::{
     events::Event,
     metrics::family::{def, Fold, MetricDef},
+    units::human_bytes,
 };
 
 pub const DETECTOR: Registration =
-    Registration { kind: "mmap_churn", metrics: METRICS, new: |s| Box::new(MmapChurn::new(s)) };
+    Registration { kind: Detail::KIND, metrics: METRICS, new: |s| Box::new(MmapChurn::new(s)) };
+
+/// Its thresholds (part of the findings' [`super::Settings`]).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Mappings at least this large make cycles.
+    pub bytes: u64,
+    /// Unmapped within this long of being mapped: a cycle.
+    pub window: Duration,
+    /// Cycles of one size (and file) that make a finding.
+    pub cycles: u64,
+}
+
+/// Its finding: large regions mapped and unmapped again and again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Detail {
+    pub size_bytes: u64,
+    pub count: u64,
+    pub path: Option<String>,
+}
+
+impl DetailKind for Detail {
+    const KIND: &'static str = "mmap_churn";
+
+    fn problem_key(&self) -> String {
+        format!("{} {}", self.size_bytes, self.path.as_deref().unwrap_or(""))
+    }
+
+    fn fold(&mut self, later: Self) {
+        self.count += later.count;
+    }
+
+    fn show_paths(&mut self, display: PathDisplay) {
+        if let Some(p) = &mut self.path {
+            *p = display.show(p);
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} {} mapped and unmapped {} times",
+            human_bytes(self.size_bytes),
+            self.path.as_ref().map_or_else(|| "anonymous".to_string(), |p| format!("of {p}")),
+            self.count
+        )
+    }
+}
 
 #[rustfmt::skip]
 const METRICS: &[MetricDef] = &[
@@ -86,11 +134,11 @@ pub struct MmapChurn {
 }
 
 impl MmapChurn {
-    pub fn new(s: &Settings) -> Self {
+    pub fn new(s: &super::Settings) -> Self {
         MmapChurn {
-            min_bytes: s.churn_bytes.max(1),
-            cycle_ns: s.churn_window.as_nanos() as u64,
-            min_cycles: s.churn_cycles.max(1),
+            min_bytes: s.mmap_churn.bytes.max(1),
+            cycle_ns: s.mmap_churn.window.as_nanos() as u64,
+            min_cycles: s.mmap_churn.cycles.max(1),
             window_ns: s.window.as_nanos() as u64,
             max: s.max_findings,
             regions: HashMap::new(),
@@ -161,7 +209,7 @@ impl Detector for MmapChurn {
         }
     }
 
-    fn reconfigure(&mut self, s: &Settings) {
+    fn reconfigure(&mut self, s: &super::Settings) {
         let fresh = MmapChurn::new(s);
         self.min_bytes = fresh.min_bytes;
         self.cycle_ns = fresh.cycle_ns;
@@ -185,14 +233,13 @@ impl Detector for MmapChurn {
             if g.cycles < self.min_cycles {
                 continue;
             }
-            out.push(g.record(
-                Detail::MmapChurn {
-                    size_bytes: *size,
-                    count: g.cycles,
-                    path: path.as_ref().map(|p| p.to_string()),
-                },
-                *inc,
-            ));
+            out.push(
+                g.record(
+                    Detail { size_bytes: *size, count: g.cycles, path: path.as_ref().map(|p| p.to_string()) }
+                        .into(),
+                    *inc,
+                ),
+            );
         }
     }
 
@@ -204,7 +251,7 @@ impl Detector for MmapChurn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::findings::{testing::*, Engine};
+    use crate::findings::{testing::*, Engine, Settings};
 
     const GIB: u64 = 1 << 30;
     const RW: u64 = (libc::PROT_READ | libc::PROT_WRITE) as u64;
@@ -218,7 +265,7 @@ mod tests {
         Event::Call(call(syscalls::MUNMAP, pid, pid, t, 1000, 0, [addr, len, 0, 0, 0, 0]))
     }
 
-    fn found(e: &mut Engine, now: u64) -> Vec<Detail> {
+    fn found(e: &mut Engine, now: u64) -> Vec<crate::findings::Detail> {
         e.findings(now, &[])
             .into_iter()
             .filter(|f| f.detail.kind() == "mmap_churn")
@@ -245,11 +292,11 @@ mod tests {
         }
         assert_eq!(
             found(&mut e, 60 * SEC),
-            vec![Detail::MmapChurn {
+            vec![crate::findings::Detail::MmapChurn(Detail {
                 size_bytes: GIB,
                 count: 5,
                 path: Some("/models/sonic.safetensors".into())
-            }]
+            })]
         );
         assert_eq!(counts::<Counts>(&e).cycles.get("app", 0, ()), 5);
     }

@@ -5,12 +5,19 @@
 //! descriptor table ([`files`]) current, then shows the event to every
 //! [`Detector`], one module per problem, each registered once in
 //! [`DETECTORS`] with its kind and the metric families it exports (it
-//! counts and exports them itself). [`Engine::findings`] asks each detector
-//! for its current findings and folds the same problem of many exited
-//! processes into one finding ([`merge`]). Everything is bounded:
-//! each detector keeps at most `max_findings` findings, drops those not seen
-//! for `window`, and its working state is capped with a fair share per
-//! process that never evicts a finding ([`state`]).
+//! counts and exports them itself). Its module owns its kind of finding
+//! too: its `Detail` (the fields of its JSON, what makes two findings the
+//! same problem and how they fold, how its paths are shown, how it reads in
+//! `sonic-probe findings`: [`DetailKind`]), and its thresholds (its
+//! `Settings`, a field of [`Settings`]). One line of the `detectors!` list
+//! names each detector, and makes [`DETECTORS`] and [`Detail`] of them.
+//!
+//! [`Engine::findings`] asks each detector for its current findings and
+//! folds the same problem of many exited processes into one finding
+//! ([`merge`]). Everything is bounded: each detector keeps at most
+//! `max_findings` findings, drops those not seen for `window`, and its
+//! working state is capped with a fair share per process that never evicts
+//! a finding ([`state`]).
 //!
 //! Watching a whole host, most of what the detectors see is churn: tools
 //! that run for milliseconds and do the same harmless things at every
@@ -46,7 +53,6 @@ use serde::{Deserialize, Serialize};
 use crate::{
     events::Event,
     metrics::family::{Fold, MetricDef},
-    stacks::Frame,
 };
 pub use files::{FileTable, FileTotals, KnownFile};
 pub use paths::{show_paths, PathDisplay};
@@ -86,66 +92,26 @@ fn one() -> u64 {
     1
 }
 
-/// What was found; `kind` names it in JSON.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Detail {
-    /// A request thread waited on a futex for at least the stall threshold.
-    FutexStall {
-        tid: u32,
-        thread: String,
-        /// The longest stall of this thread.
-        wait_seconds: f64,
-        /// The futex operation of that stall (FUTEX_WAIT_PRIVATE, ...).
-        op: String,
-        /// Its futex word, hex.
-        uaddr: String,
-        waker_tid: Option<u32>,
-        waker_thread: Option<String>,
-        /// Stalls of this thread.
-        count: u64,
-        /// The waiting thread's stack during that stall, innermost frame
-        /// first: its Python frames, then its native ones (`run
-        /// --stack-captures`).
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        stack: Vec<Frame>,
-        /// The waker's stack while the request waited (what the holder was
-        /// doing): its Python frames, then its native ones if it was in a
-        /// futex wait itself then.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        waker_stack: Vec<Frame>,
-        /// Why a stack is missing or partial, and how far into the wait
-        /// the stacks were read.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        stack_note: Option<String>,
-    },
-    /// The same path opened again and again by one process.
-    RepeatedOpen { path: String, file_class: String, count: u64, bytes_read: u64 },
-    /// A regular file read in small pieces.
-    SmallReads { path: String, file_class: String, count: u64, bytes: u64, typical_size: u64 },
-    /// Large regions mapped and unmapped again and again.
-    MmapChurn { size_bytes: u64, count: u64, path: Option<String> },
-    /// Failed system calls of one kind.
-    SyscallErrors {
-        syscall: String,
-        errno: String,
-        count: u64,
-        /// The last few failing paths (openat).
-        paths: Vec<String>,
-        /// The last requested length (mmap, munmap).
-        length: Option<u64>,
-    },
-}
-
-impl Detail {
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Detail::FutexStall { .. } => "futex_stall",
-            Detail::RepeatedOpen { .. } => "repeated_open",
-            Detail::SmallReads { .. } => "small_reads",
-            Detail::MmapChurn { .. } => "mmap_churn",
-            Detail::SyscallErrors { .. } => "syscall_errors",
-        }
+/// What one kind of finding says, beyond the process and the times: a
+/// struct in its detector's module (`mmap_churn::Detail`, ...), serialized
+/// flat into the finding after its `kind`.
+pub trait DetailKind: Sized {
+    /// Its `kind` in JSON, and its detector's registered kind.
+    const KIND: &'static str;
+    /// What makes two findings of this kind the same problem (besides the
+    /// process name and cgroup), for folding those of exited processes.
+    fn problem_key(&self) -> String;
+    /// Folds in the finding of the same problem of a process seen later.
+    fn fold(&mut self, later: Self);
+    /// Rewrites the file paths it shows (`--findings-paths`); a kind
+    /// without data paths has nothing to do.
+    fn show_paths(&mut self, _display: PathDisplay) {}
+    /// What it says, in one line of prose (`sonic-probe findings`).
+    fn describe(&self) -> String;
+    /// The lines printed under that one with `sonic-probe findings
+    /// --stacks`; none for a kind without stacks.
+    fn stacks(&self) -> String {
+        String::new()
     }
 }
 
@@ -225,7 +191,7 @@ pub trait DetectorCounts: Send + Any {
 /// A detector as the engine and the exporter know it; each detector's
 /// module declares its own.
 pub struct Registration {
-    /// The kind of finding it reports ([`Detail::kind`]): the `kind` label
+    /// The kind of finding it reports ([`DetailKind::KIND`]): the `kind` label
     /// of sonic_probe_findings and sonic_probe_findings_evictions_total.
     pub kind: &'static str,
     /// The families its counts export (part of crate::metrics::metric_defs,
@@ -234,35 +200,101 @@ pub struct Registration {
     pub new: fn(&Settings) -> Box<dyn Detector>,
 }
 
-/// Every detector, in the order they see each event: the one place that
-/// names them all.
-pub const DETECTORS: &[Registration] = &[
-    futex_stall::DETECTOR,
-    repeated_open::DETECTOR,
-    small_reads::DETECTOR,
-    mmap_churn::DETECTOR,
-    syscall_errors::DETECTOR,
-];
+/// Makes, from the one list of detectors, [`DETECTORS`], [`Detail`] (a
+/// variant per detector, holding its module's `Detail`) and the dispatch
+/// of [`DetailKind`] over it.
+macro_rules! detectors {
+    ($($variant:ident($module:ident),)*) => {
+        /// Every detector, in the order they see each event.
+        pub const DETECTORS: &[Registration] = &[$($module::DETECTOR,)*];
 
-/// Thresholds and windows of every detector (flags; documented in README).
+        /// What was found; `kind` names it in JSON (each variant is
+        /// serialized as its detector's fields, flat after `kind`).
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "kind", rename_all = "snake_case")]
+        pub enum Detail {
+            $($variant($module::Detail),)*
+        }
+
+        $(impl From<$module::Detail> for Detail {
+            fn from(d: $module::Detail) -> Self {
+                Detail::$variant(d)
+            }
+        })*
+
+        /// Each detector's kind of finding, in [`DETECTORS`] order.
+        #[cfg(test)]
+        const DETAIL_KINDS: &[&str] = &[$(<$module::Detail as DetailKind>::KIND,)*];
+
+        impl Detail {
+            /// Its kind's name ([`DetailKind::KIND`]).
+            pub fn kind(&self) -> &'static str {
+                match self {
+                    $(Detail::$variant(_) => <$module::Detail as DetailKind>::KIND,)*
+                }
+            }
+
+            /// See [`DetailKind::problem_key`].
+            pub fn problem_key(&self) -> String {
+                match self {
+                    $(Detail::$variant(d) => d.problem_key(),)*
+                }
+            }
+
+            /// See [`DetailKind::fold`]; `later` is of the same kind.
+            pub fn fold(&mut self, later: Detail) {
+                match (self, later) {
+                    $((Detail::$variant(d), Detail::$variant(l)) => d.fold(l),)*
+                    (d, l) => unreachable!("folding a {} into a {}", l.kind(), d.kind()),
+                }
+            }
+
+            /// See [`DetailKind::show_paths`].
+            pub fn show_paths(&mut self, display: PathDisplay) {
+                match self {
+                    $(Detail::$variant(d) => d.show_paths(display),)*
+                }
+            }
+
+            /// See [`DetailKind::describe`].
+            pub fn describe(&self) -> String {
+                match self {
+                    $(Detail::$variant(d) => d.describe(),)*
+                }
+            }
+
+            /// See [`DetailKind::stacks`].
+            pub fn stacks(&self) -> String {
+                match self {
+                    $(Detail::$variant(d) => d.stacks(),)*
+                }
+            }
+        }
+    };
+}
+
+// Every detector, in the order they see each event, with the variant of
+// `Detail` its findings are: the one place that names them all.
+detectors! {
+    FutexStall(futex_stall),
+    RepeatedOpen(repeated_open),
+    SmallReads(small_reads),
+    MmapChurn(mmap_churn),
+    SyscallErrors(syscall_errors),
+}
+
+/// Thresholds and windows of every detector (flags; documented in README):
+/// those they share, and each one's own (its module's `Settings`).
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// A finding not seen again for this long is dropped.
     pub window: Duration,
     /// Records kept per detector.
     pub max_findings: usize,
-    pub stall_threshold: Duration,
-    /// Thread-name patterns of request threads besides the main thread.
-    pub stall_threads: Vec<glob::Pattern>,
-    /// Thread-name patterns never reported as stalled.
-    pub stall_ignore_threads: Vec<glob::Pattern>,
-    pub repeated_open_count: u64,
-    pub repeated_open_window: Duration,
-    pub small_read_bytes: u64,
-    pub small_read_min_count: u64,
-    pub churn_bytes: u64,
-    pub churn_window: Duration,
-    pub churn_cycles: u64,
+    pub futex_stall: futex_stall::Settings,
+    pub repeated_open: repeated_open::Settings,
+    pub small_reads: small_reads::Settings,
+    pub mmap_churn: mmap_churn::Settings,
     /// Paths never reported by repeated_open, small_reads and (as failing
     /// openat paths) syscall_errors.
     pub ignore_paths: Vec<glob::Pattern>,
@@ -602,16 +634,51 @@ mod tests {
     }
 
     #[test]
+    fn every_detector_has_its_kind_of_detail() {
+        let registered: Vec<&str> = DETECTORS.iter().map(|d| d.kind).collect();
+        assert_eq!(registered, DETAIL_KINDS);
+        // Each kind's JSON tag is its name: serde knows the tag and asks for
+        // the fields.
+        for kind in DETAIL_KINDS {
+            let e = serde_json::from_value::<Detail>(serde_json::json!({ "kind": kind })).unwrap_err();
+            assert!(e.to_string().contains("missing field"), "{kind}: {e}");
+        }
+    }
+
+    #[test]
+    fn every_kind_reads_and_writes_the_same_json() {
+        #[derive(Serialize, Deserialize)]
+        struct Flat {
+            #[serde(flatten)]
+            detail: Detail,
+            pid: u32,
+        }
+        for json in [
+            r#"{"kind":"futex_stall","tid":1,"thread":"t","wait_seconds":1.5,"op":"o","uaddr":"0x1","waker_tid":null,"waker_thread":null,"count":2,"pid":7}"#,
+            r#"{"kind":"futex_stall","tid":1,"thread":"t","wait_seconds":1.5,"op":"o","uaddr":"0x1","waker_tid":3,"waker_thread":"w","count":2,"stack":[{"function":"f","file":"a.py","line":3,"kind":"python"}],"waker_stack":[{"function":"f","file":"a.py","line":3,"kind":"python"}],"stack_note":"n","pid":7}"#,
+            r#"{"kind":"repeated_open","path":"/p","file_class":"model","count":3,"bytes_read":4,"pid":7}"#,
+            r#"{"kind":"small_reads","path":"/p","file_class":"audio","count":3,"bytes":4,"typical_size":5,"pid":7}"#,
+            r#"{"kind":"mmap_churn","size_bytes":1,"count":2,"path":null,"pid":7}"#,
+            r#"{"kind":"mmap_churn","size_bytes":1,"count":2,"path":"/x","pid":7}"#,
+            r#"{"kind":"syscall_errors","syscall":"openat","errno":"ENOENT","count":1,"paths":[],"length":null,"pid":7}"#,
+            r#"{"kind":"syscall_errors","syscall":"mmap","errno":"ENOMEM","count":1,"paths":["/a"],"length":9,"pid":7}"#,
+        ] {
+            let f: Flat = serde_json::from_str(json).unwrap();
+            assert_eq!(serde_json::to_string(&f).unwrap(), json);
+        }
+    }
+
+    #[test]
     fn json_shape_is_flat_with_kind() {
         let f = Finding {
             workload: Default::default(),
             cgroup: 0,
-            detail: Detail::RepeatedOpen {
+            detail: Detail::RepeatedOpen(repeated_open::Detail {
                 path: "/models/x.pth".into(),
                 file_class: "model".into(),
                 count: 5,
                 bytes_read: 100,
-            },
+            }),
             pid: 42,
             comm: "python3".into(),
             processes: 1,

@@ -4,11 +4,12 @@
 //! (`/data/<customer>/<request>/speech.mp3`). Detectors keep full paths (they
 //! key on them); this is applied to the answer only, so the setting can
 //! change on SIGHUP and the metrics (which carry file classes, never paths)
-//! are unaffected.
+//! are unaffected. Each kind of finding rewrites its own paths with
+//! [`PathDisplay::show`] (`DetailKind::show_paths`).
 
 use serde::{Deserialize, Serialize};
 
-use super::{Detail, Finding};
+use super::Finding;
 
 /// `full`: as opened; `name`: the last component; `none`: the file class
 /// only, written `[model]`, `[audio]`, ...
@@ -22,7 +23,8 @@ pub enum PathDisplay {
 }
 
 impl PathDisplay {
-    fn show(self, path: &str) -> String {
+    /// `path` as this setting shows it.
+    pub fn show(self, path: &str) -> String {
         match self {
             PathDisplay::Full => path.to_string(),
             PathDisplay::Name => path.rsplit('/').next().unwrap_or(path).to_string(),
@@ -40,27 +42,14 @@ pub fn show_paths(findings: &mut [Finding], display: PathDisplay) {
         return;
     }
     for f in findings {
-        match &mut f.detail {
-            Detail::RepeatedOpen { path, .. } | Detail::SmallReads { path, .. } => *path = display.show(path),
-            Detail::MmapChurn { path, .. } => {
-                if let Some(p) = path {
-                    *p = display.show(p);
-                }
-            }
-            Detail::SyscallErrors { paths, .. } => {
-                for p in paths {
-                    *p = display.show(p);
-                }
-            }
-            // Its stack frames name source files of code, not data.
-            Detail::FutexStall { .. } => {}
-        }
+        f.detail.show_paths(display);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::findings::{mmap_churn, small_reads, syscall_errors, Detail};
 
     fn finding(detail: Detail) -> Finding {
         Finding {
@@ -80,21 +69,25 @@ mod tests {
     fn paths_shown_in_full_by_name_or_not_at_all() {
         let path = "/data/acme/req-17/speech.mp3";
         let all = vec![
-            finding(Detail::SmallReads {
+            finding(Detail::SmallReads(small_reads::Detail {
                 path: path.into(),
                 file_class: "audio".into(),
                 count: 9,
                 bytes: 9216,
                 typical_size: 1024,
-            }),
-            finding(Detail::MmapChurn { size_bytes: 1 << 25, count: 3, path: Some("/m/acme/x.pth".into()) }),
-            finding(Detail::SyscallErrors {
+            })),
+            finding(Detail::MmapChurn(mmap_churn::Detail {
+                size_bytes: 1 << 25,
+                count: 3,
+                path: Some("/m/acme/x.pth".into()),
+            })),
+            finding(Detail::SyscallErrors(syscall_errors::Detail {
                 syscall: "openat".into(),
                 errno: "ENOENT".into(),
                 count: 2,
                 paths: vec!["/etc/acme.conf".into()],
                 length: None,
-            }),
+            })),
         ];
         let shown = |d: PathDisplay| {
             let mut f = all.clone();

@@ -2,8 +2,8 @@
 //! (scenario 2: lip_decoder.pth reloaded on every request).
 //!
 //! Rule: successful openat calls of one regular file by one process; when
-//! at least `repeated_open_count` (default 3) of them fall within
-//! `repeated_open_window` (default 60 s), the path is reported. The finding
+//! at least `count` (--repeated-open-count, default 3) of them fall within
+//! `window` (--repeated-open-window, default 60 s), the path is reported. The finding
 //! counts every open of the run (a run ends when the window passes without
 //! an open) and the bytes read through those opens (from the kernel's
 //! per-descriptor totals at close, plus those of opens still open).
@@ -15,25 +15,71 @@
 //! several times within milliseconds and never again, a service reloads its
 //! model with every request.
 
-use std::{collections::VecDeque, sync::Arc};
+use std::{collections::VecDeque, sync::Arc, time::Duration};
 
 use prometheus::proto::{MetricFamily, MetricType::COUNTER};
+use serde::{Deserialize, Serialize};
 use sonic_probe_common::{file_class_name, syscalls};
 
 use super::{
     path_patterns::PathPatterns,
     state::{tracked, StateMap},
     tally::Tally,
-    Detail, Detector, DetectorCounts, Evictions, Input, LiveFile, Record, Registration, Settings,
+    DetailKind, Detector, DetectorCounts, Evictions, Input, LiveFile, PathDisplay, Record, Registration,
     RECUR_AFTER_NS,
 };
 use crate::{
     events::Event,
     metrics::family::{def, Fold, MetricDef},
+    units::human_bytes,
 };
 
 pub const DETECTOR: Registration =
-    Registration { kind: "repeated_open", metrics: METRICS, new: |s| Box::new(RepeatedOpen::new(s)) };
+    Registration { kind: Detail::KIND, metrics: METRICS, new: |s| Box::new(RepeatedOpen::new(s)) };
+
+/// Its thresholds (part of the findings' [`super::Settings`]).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Opens of one path within `window` that make a finding.
+    pub count: u64,
+    pub window: Duration,
+}
+
+/// Its finding: the same path opened again and again by one process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Detail {
+    pub path: String,
+    pub file_class: String,
+    pub count: u64,
+    pub bytes_read: u64,
+}
+
+impl DetailKind for Detail {
+    const KIND: &'static str = "repeated_open";
+
+    fn problem_key(&self) -> String {
+        self.path.clone()
+    }
+
+    fn fold(&mut self, later: Self) {
+        self.count += later.count;
+        self.bytes_read += later.bytes_read;
+    }
+
+    fn show_paths(&mut self, display: PathDisplay) {
+        self.path = display.show(&self.path);
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} ({}) opened {} times, {} read through those opens",
+            self.path,
+            self.file_class,
+            self.count,
+            human_bytes(self.bytes_read)
+        )
+    }
+}
 
 #[rustfmt::skip]
 const METRICS: &[MetricDef] = &[
@@ -89,11 +135,11 @@ pub struct RepeatedOpen {
 }
 
 impl RepeatedOpen {
-    pub fn new(s: &Settings) -> Self {
+    pub fn new(s: &super::Settings) -> Self {
         RepeatedOpen {
             ignore: PathPatterns::new(&s.ignore_paths),
-            min_count: s.repeated_open_count.max(1),
-            run_window_ns: s.repeated_open_window.as_nanos() as u64,
+            min_count: s.repeated_open.count.max(1),
+            run_window_ns: s.repeated_open.window.as_nanos() as u64,
             window_ns: s.window.as_nanos() as u64,
             max: s.max_findings,
             verbose: s.verbose,
@@ -172,7 +218,7 @@ impl Detector for RepeatedOpen {
         }
     }
 
-    fn reconfigure(&mut self, s: &Settings) {
+    fn reconfigure(&mut self, s: &super::Settings) {
         let fresh = RepeatedOpen::new(s);
         self.ignore = fresh.ignore;
         self.min_count = fresh.min_count;
@@ -201,15 +247,18 @@ impl Detector for RepeatedOpen {
                 })
                 .map(|l| l.totals.read_bytes)
                 .sum();
-            out.push(st.record(
-                Detail::RepeatedOpen {
-                    path: path.to_string(),
-                    file_class: file_class_name(st.class).to_string(),
-                    count: st.opens,
-                    bytes_read: st.bytes_read + live_bytes,
-                },
-                *inc,
-            ));
+            out.push(
+                st.record(
+                    Detail {
+                        path: path.to_string(),
+                        file_class: file_class_name(st.class).to_string(),
+                        count: st.opens,
+                        bytes_read: st.bytes_read + live_bytes,
+                    }
+                    .into(),
+                    *inc,
+                ),
+            );
         }
     }
 
@@ -221,20 +270,18 @@ impl Detector for RepeatedOpen {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::findings::{testing::*, Engine, FileTotals};
-    use std::time::Duration;
+    use crate::findings::{self, testing::*, Engine, FileTotals, Settings};
 
     const MODEL: u16 = 2;
 
     fn engine() -> Engine {
         Engine::new(&Settings {
-            repeated_open_count: 3,
-            repeated_open_window: Duration::from_secs(60),
+            repeated_open: super::Settings { count: 3, window: Duration::from_secs(60) },
             ..Settings::default()
         })
     }
 
-    fn found(e: &mut Engine, now: u64, live: &[(u32, u32, u64, FileTotals)]) -> Vec<(u32, Detail)> {
+    fn found(e: &mut Engine, now: u64, live: &[(u32, u32, u64, FileTotals)]) -> Vec<(u32, findings::Detail)> {
         e.findings(now, live)
             .into_iter()
             .filter(|f| f.detail.kind() == "repeated_open")
@@ -258,12 +305,12 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert_eq!(
             f[0].1,
-            Detail::RepeatedOpen {
+            findings::Detail::RepeatedOpen(Detail {
                 path: "/models/sonic/lip_decoder.pth".into(),
                 file_class: "model".into(),
                 count: 5,
                 bytes_read: 5000
-            }
+            })
         );
         assert_eq!(counts::<Counts>(&e).opens.get("app", 0, "model"), 5);
     }
@@ -311,7 +358,7 @@ mod tests {
         let bytes: Vec<(u32, u64)> = f
             .iter()
             .map(|(p, d)| match d {
-                Detail::RepeatedOpen { bytes_read, count: 3, .. } => (*p, *bytes_read),
+                findings::Detail::RepeatedOpen(Detail { bytes_read, count: 3, .. }) => (*p, *bytes_read),
                 _ => panic!("{d:?}"),
             })
             .collect();
@@ -327,7 +374,10 @@ mod tests {
         e.observe(&openat(9, 3 * SEC, "/m.pth", 4, MODEL));
         let live = [(9, 4, 3 * SEC, FileTotals { read_bytes: 42, ..FileTotals::default() })];
         let f = found(&mut e, 4 * SEC, &live);
-        assert!(matches!(f[0].1, Detail::RepeatedOpen { count: 3, bytes_read: 242, .. }), "{f:?}");
+        assert!(
+            matches!(f[0].1, findings::Detail::RepeatedOpen(Detail { count: 3, bytes_read: 242, .. })),
+            "{f:?}"
+        );
     }
 
     #[test]
@@ -386,7 +436,13 @@ mod tests {
             t += SEC;
         }
         let f = found(&mut e, t, &[]);
-        assert!(matches!(&f[..], [(9, Detail::RepeatedOpen { count: 5, bytes_read: 5000, .. })]), "{f:?}");
+        assert!(
+            matches!(
+                &f[..],
+                [(9, findings::Detail::RepeatedOpen(Detail { count: 5, bytes_read: 5000, .. }))]
+            ),
+            "{f:?}"
+        );
         let evicted = e.metrics().evictions.get("repeated_open", "working");
         assert!(evicted >= 50_000 - 4096, "{evicted}");
     }

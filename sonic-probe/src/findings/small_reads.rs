@@ -2,16 +2,17 @@
 //! read 1 KiB at a time while the model waits for it).
 //!
 //! Rule: reads through a descriptor of a regular file that ask for fewer
-//! than `small_read_bytes` (default 4096) are small. The kernel counts them
+//! than `bytes` (--small-read-threshold, default 4096) are small. The kernel counts them
 //! per descriptor (open_files); at close (or, for files still open, when
 //! findings are asked for) they are added up per process and path. A file
-//! with at least `small_read_min_count` (default 8) small reads is reported,
+//! with at least `min_count` (--small-read-min-count, default 8) small
+//! reads is reported,
 //! so that a 100-byte config file read once is not. Reads from pipes,
 //! sockets, eventfds and ttys are not file reads: the kernel tells them
 //! apart by inode type and never counts them here.
 //!
 //! Not a finding (unless `--findings-verbose`): the small reads of an open
-//! through which less than `small_read_bytes` were read in all. Such a file
+//! through which less than `bytes` were read in all. Such a file
 //! was read whole (a 41-byte .git/HEAD, a config file read with a 256-byte
 //! buffer, then the read that finds its end): there were no bigger pieces to
 //! read it in. The audio read 1 KiB at a time is read past the threshold in
@@ -30,18 +31,71 @@ use std::{
     sync::Arc,
 };
 
+use serde::{Deserialize, Serialize};
 use sonic_probe_common::file_class_name;
 
 use super::{
     path_patterns::PathPatterns,
     state::{tracked, StateMap},
-    Detail, Detector, Evictions, FileTotals, Input, LiveFile, Record, Registration, Settings, RECUR_AFTER_NS,
+    DetailKind, Detector, Evictions, FileTotals, Input, LiveFile, PathDisplay, Record, Registration,
+    RECUR_AFTER_NS,
 };
+use crate::units::human_bytes;
 
 /// It exports no family of its own: the kernel counts small reads
 /// (sonic_probe_small_reads_total, sonic_probe_small_preads_total).
 pub const DETECTOR: Registration =
-    Registration { kind: "small_reads", metrics: &[], new: |s| Box::new(SmallReads::new(s)) };
+    Registration { kind: Detail::KIND, metrics: &[], new: |s| Box::new(SmallReads::new(s)) };
+
+/// Its thresholds (part of the findings' [`super::Settings`]).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Reads asking for fewer bytes than this are small.
+    pub bytes: u64,
+    /// Small reads of one file that make a finding.
+    pub min_count: u64,
+}
+
+/// Its finding: a regular file read in small pieces.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Detail {
+    pub path: String,
+    pub file_class: String,
+    pub count: u64,
+    pub bytes: u64,
+    pub typical_size: u64,
+}
+
+impl DetailKind for Detail {
+    const KIND: &'static str = "small_reads";
+
+    fn problem_key(&self) -> String {
+        self.path.clone()
+    }
+
+    fn fold(&mut self, later: Self) {
+        let total = self.count + later.count;
+        self.typical_size =
+            (self.typical_size * self.count + later.typical_size * later.count) / total.max(1);
+        self.count = total;
+        self.bytes += later.bytes;
+    }
+
+    fn show_paths(&mut self, display: PathDisplay) {
+        self.path = display.show(&self.path);
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} ({}) read in small pieces: {} reads of about {} B, {} in all",
+            self.path,
+            self.file_class,
+            self.count,
+            self.typical_size,
+            human_bytes(self.bytes)
+        )
+    }
+}
 
 /// Processes whose small reading is tracked at once (see [`SmallReads`]).
 const MAX_PROCESSES: usize = 65536;
@@ -81,12 +135,12 @@ pub struct SmallReads {
 }
 
 impl SmallReads {
-    pub fn new(s: &Settings) -> Self {
+    pub fn new(s: &super::Settings) -> Self {
         SmallReads {
             ignore: PathPatterns::new(&s.ignore_paths),
-            small_bytes: s.small_read_bytes,
+            small_bytes: s.small_reads.bytes,
             verbose: s.verbose,
-            min_count: s.small_read_min_count.max(1),
+            min_count: s.small_reads.min_count.max(1),
             window_ns: s.window.as_nanos() as u64,
             max: s.max_findings,
             files: StateMap::new(DETECTOR.kind, |k: &Key| k.0, s.max_findings),
@@ -181,7 +235,7 @@ impl Detector for SmallReads {
         self.recurring.remove(&incarnation);
     }
 
-    fn reconfigure(&mut self, s: &Settings) {
+    fn reconfigure(&mut self, s: &super::Settings) {
         let fresh = SmallReads::new(s);
         self.ignore = fresh.ignore;
         self.small_bytes = fresh.small_bytes;
@@ -238,16 +292,19 @@ impl Detector for SmallReads {
             {
                 continue;
             }
-            out.push(m.record(
-                Detail::SmallReads {
-                    path: path.to_string(),
-                    file_class: file_class_name(m.class).to_string(),
-                    count: t.small_reads,
-                    bytes: t.small_read_bytes,
-                    typical_size: t.small_read_requested / t.small_reads,
-                },
-                inc,
-            ));
+            out.push(
+                m.record(
+                    Detail {
+                        path: path.to_string(),
+                        file_class: file_class_name(m.class).to_string(),
+                        count: t.small_reads,
+                        bytes: t.small_read_bytes,
+                        typical_size: t.small_read_requested / t.small_reads,
+                    }
+                    .into(),
+                    inc,
+                ),
+            );
         }
     }
 }
@@ -255,11 +312,11 @@ impl Detector for SmallReads {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::findings::{testing::*, Engine};
+    use crate::findings::{self, testing::*, Engine, Settings};
 
     const AUDIO: u16 = 3;
 
-    fn found(e: &mut Engine, now: u64, live: &[(u32, u32, u64, FileTotals)]) -> Vec<Detail> {
+    fn found(e: &mut Engine, now: u64, live: &[(u32, u32, u64, FileTotals)]) -> Vec<findings::Detail> {
         e.findings(now, live)
             .into_iter()
             .filter(|f| f.detail.kind() == "small_reads")
@@ -276,13 +333,13 @@ mod tests {
         let f = found(&mut e, 3 * SEC, &[]);
         assert_eq!(
             f,
-            vec![Detail::SmallReads {
+            vec![findings::Detail::SmallReads(Detail {
                 path: "/data/speech.mp3".into(),
                 file_class: "audio".into(),
                 count: 65,
                 bytes: 65 * 1024,
                 typical_size: 1024
-            }]
+            })]
         );
     }
 
@@ -316,7 +373,7 @@ mod tests {
         request(&mut e, 1, 3 * SEC + SEC / 2);
         let f = found(&mut e, 4 * SEC, &[]);
         assert_eq!(f.len(), 2, "both requests, the first included: {f:?}");
-        assert!(f.iter().all(|d| matches!(d, Detail::SmallReads { count: 65, .. })));
+        assert!(f.iter().all(|d| matches!(d, findings::Detail::SmallReads(Detail { count: 65, .. }))));
         e.observe(&exit(5, 5 * SEC));
         e.observe(&exit(6, 5 * SEC));
         assert_eq!(found(&mut e, 6 * SEC, &[]).len(), 2, "the service's findings outlive it");
@@ -353,7 +410,7 @@ mod tests {
         let counts: Vec<(String, u64)> = f
             .into_iter()
             .map(|d| match d {
-                Detail::SmallReads { path, count, .. } => (path, count),
+                findings::Detail::SmallReads(Detail { path, count, .. }) => (path, count),
                 _ => unreachable!(),
             })
             .collect();
@@ -377,7 +434,7 @@ mod tests {
             },
         )];
         let f = found(&mut e, 3 * SEC, &live);
-        assert!(matches!(f[..], [Detail::SmallReads { count: 30, .. }]), "{f:?}");
+        assert!(matches!(f[..], [findings::Detail::SmallReads(Detail { count: 30, .. })]), "{f:?}");
         // A stale live entry (another open of that fd) is not attributed.
         let stale = [(5, 7, SEC + 1, live[0].3)];
         assert!(found(&mut e, 3 * SEC, &stale).is_empty());

@@ -26,23 +26,77 @@
 use std::{collections::VecDeque, sync::Arc};
 
 use prometheus::proto::{MetricFamily, MetricType::COUNTER};
+use serde::{Deserialize, Serialize};
 use sonic_probe_common::syscalls;
 
 use super::{
     path_patterns::PathPatterns,
     state::{tracked, StateMap},
     tally::Tally,
-    Detail, Detector, DetectorCounts, Evictions, Input, LiveFile, Record, Registration, Settings,
-    RECUR_AFTER_NS,
+    DetailKind, Detector, DetectorCounts, Evictions, Input, LiveFile, PathDisplay, Record, Registration,
+    Settings, RECUR_AFTER_NS,
 };
 use crate::{
     errno,
     events::Event,
     metrics::family::{def, Fold, MetricDef},
+    units::human_bytes,
 };
 
+/// It has no thresholds of its own: the shared window, path patterns and
+/// `verbose` of [`Settings`] are all it reads.
 pub const DETECTOR: Registration =
-    Registration { kind: "syscall_errors", metrics: METRICS, new: |s| Box::new(SyscallErrors::new(s)) };
+    Registration { kind: Detail::KIND, metrics: METRICS, new: |s| Box::new(SyscallErrors::new(s)) };
+
+/// Its finding: failed system calls of one kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Detail {
+    pub syscall: String,
+    pub errno: String,
+    pub count: u64,
+    /// The last few failing paths (openat).
+    pub paths: Vec<String>,
+    /// The last requested length (mmap, munmap).
+    pub length: Option<u64>,
+}
+
+impl DetailKind for Detail {
+    const KIND: &'static str = "syscall_errors";
+
+    fn problem_key(&self) -> String {
+        format!("{} {}", self.syscall, self.errno)
+    }
+
+    fn fold(&mut self, later: Self) {
+        self.count += later.count;
+        for p in later.paths {
+            self.paths.retain(|q| *q != p);
+            self.paths.push(p);
+        }
+        let extra = self.paths.len().saturating_sub(MAX_PATHS);
+        self.paths.drain(..extra);
+        if later.length.is_some() {
+            self.length = later.length;
+        }
+    }
+
+    fn show_paths(&mut self, display: PathDisplay) {
+        for p in &mut self.paths {
+            *p = display.show(p);
+        }
+    }
+
+    fn describe(&self) -> String {
+        let mut s = format!("{} failed {} times with {}", self.syscall, self.count, self.errno);
+        if !self.paths.is_empty() {
+            s.push_str(&format!(": {}", self.paths.join(", ")));
+        }
+        if let Some(l) = self.length {
+            s.push_str(&format!(" (length {})", human_bytes(l)));
+        }
+        s
+    }
+}
 
 #[rustfmt::skip]
 const METRICS: &[MetricDef] = &[
@@ -219,16 +273,19 @@ impl Detector for SyscallErrors {
     ) {
         self.errors.prune(now_ns.saturating_sub(self.window_ns), self.max, evictions);
         for ((inc, sc, e), st) in self.errors.map.iter().filter(|(_, st)| st.reported) {
-            out.push(st.record(
-                Detail::SyscallErrors {
-                    syscall: syscalls::by_index(*sc).map_or("?", |s| s.name).to_string(),
-                    errno: errno::name(*e),
-                    count: st.count,
-                    paths: st.paths.iter().cloned().collect(),
-                    length: st.length,
-                },
-                *inc,
-            ));
+            out.push(
+                st.record(
+                    Detail {
+                        syscall: syscalls::by_index(*sc).map_or("?", |s| s.name).to_string(),
+                        errno: errno::name(*e),
+                        count: st.count,
+                        paths: st.paths.iter().cloned().collect(),
+                        length: st.length,
+                    }
+                    .into(),
+                    *inc,
+                ),
+            );
         }
     }
 
@@ -240,10 +297,10 @@ impl Detector for SyscallErrors {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::findings::{testing::*, Engine};
+    use crate::findings::{self, testing::*, Engine};
 
-    fn found(e: &mut Engine, now: u64) -> Vec<Detail> {
-        let mut v: Vec<Detail> = e
+    fn found(e: &mut Engine, now: u64) -> Vec<findings::Detail> {
+        let mut v: Vec<findings::Detail> = e
             .findings(now, &[])
             .into_iter()
             .filter(|f| f.detail.kind() == "syscall_errors")
@@ -275,13 +332,15 @@ mod tests {
         )));
         let f = found(&mut e, 4 * SEC);
         assert_eq!(f.len(), 3);
-        let Detail::SyscallErrors { syscall, errno, count, length, .. } = &f[0] else { panic!() };
+        let findings::Detail::SyscallErrors(Detail { syscall, errno, count, length, .. }) = &f[0] else {
+            panic!()
+        };
         assert_eq!((syscall.as_str(), errno.as_str(), *count, *length), ("mmap", "ENOMEM", 1, Some(1 << 40)));
-        let Detail::SyscallErrors { errno, count, paths, .. } = &f[2] else { panic!() };
+        let findings::Detail::SyscallErrors(Detail { errno, count, paths, .. }) = &f[2] else { panic!() };
         assert_eq!((errno.as_str(), *count), ("ENOENT", 7));
         assert_eq!(paths.len(), MAX_PATHS);
         assert_eq!(paths.last().unwrap(), "/models/v6/lip_decoder.pth");
-        let Detail::SyscallErrors { errno, paths, .. } = &f[1] else { panic!() };
+        let findings::Detail::SyscallErrors(Detail { errno, paths, .. }) = &f[1] else { panic!() };
         assert_eq!((errno.as_str(), paths.as_slice()), ("EACCES", &["/models/secret.pth".to_string()][..]));
     }
 
@@ -298,7 +357,7 @@ mod tests {
         assert!(found(&mut e, 2 * SEC).is_empty(), "within 400 ms of the first: the same start-up");
         e.observe(&openat(4, 2 * SEC, "/models/v2.pth", -2, 0));
         let f = found(&mut e, 3 * SEC);
-        let [Detail::SyscallErrors { count, paths, .. }] = &f[..] else { panic!("{f:?}") };
+        let [findings::Detail::SyscallErrors(Detail { count, paths, .. })] = &f[..] else { panic!("{f:?}") };
         assert_eq!(*count, 9, "every failure of (openat, ENOENT) in the process, probes included");
         assert_eq!(paths.last().unwrap(), "/models/v2.pth");
         e.observe(&openat(4, 3 * SEC, "/models/v2.pth", -2, 0));
@@ -350,7 +409,7 @@ mod tests {
         assert_eq!(f.len(), 2, "{f:#?}");
         assert_eq!((f[0].pid, f[0].processes, &f[0].pids[..]), (7, 1, &[7][..]), "still running: its own");
         assert_eq!((f[1].pid, f[1].processes, &f[1].pids[..]), (149, 50, &[149, 148, 147, 146, 145][..]));
-        assert!(matches!(f[1].detail, Detail::SyscallErrors { count: 50, .. }));
+        assert!(matches!(f[1].detail, findings::Detail::SyscallErrors(Detail { count: 50, .. })));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The vocabulary shared by the stack readers: one frame of a stack (Python
 //! or native), the registers an unwind starts from, and why a capture is
 //! missing or partial. Frames are serialized into findings, so their field
-//! names are part of the JSON contract.
+//! names are part of the JSON contract; how a frame reads in a line of
+//! `sonic-probe findings` is here too.
 
 /// Which reader produced a frame.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -110,6 +111,56 @@ pub(crate) fn read_memory(pid: u32, addr: u64, len: usize) -> std::io::Result<Ve
         return Err(std::io::Error::from_raw_os_error(libc::EFAULT));
     }
     Ok(buf)
+}
+
+/// Frames of the machinery a wait goes through rather than of the
+/// program's own code: Python's threading module, the C library.
+fn is_machinery(f: &Frame) -> bool {
+    let file = f.file.as_deref().unwrap_or("");
+    let module = f.module.as_deref().unwrap_or("");
+    let base = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
+    let (file, module) = (base(file), base(module));
+    file == "threading.py"
+        || ["libc.so", "libc-", "libpthread", "ld-linux"].iter().any(|m| module.starts_with(m))
+        || (f.kind == FrameKind::Native && f.function.starts_with("__"))
+}
+
+/// The innermost frame of the program's own code (stacks are innermost
+/// first), else the innermost frame.
+pub fn meaningful_frame(stack: &[Frame]) -> Option<&Frame> {
+    stack.iter().find(|f| !is_machinery(f)).or_else(|| stack.first())
+}
+
+/// `infer() at server.py:88`.
+pub fn short_frame(f: &Frame) -> String {
+    let file = f.file.as_deref().map(|p| p.rsplit('/').next().unwrap_or(p));
+    let module = f.module.as_deref().map(|p| p.rsplit('/').next().unwrap_or(p));
+    match (file, f.line, module) {
+        (Some(file), Some(line), _) => format!("{}() at {file}:{line}", f.function),
+        (Some(file), None, _) => format!("{}() in {file}", f.function),
+        (None, _, Some(m)) => format!("{}() in {m}", f.function),
+        (None, _, None) => format!("{}()", f.function),
+    }
+}
+
+/// A frame on a line of its own (`--stacks`).
+pub fn long_frame(f: &Frame) -> String {
+    let kind = match f.kind {
+        FrameKind::Python => "py",
+        FrameKind::Native => "native",
+    };
+    let mut s = format!("{kind:<6} {}", f.function);
+    match (&f.file, f.line) {
+        (Some(file), Some(line)) => s.push_str(&format!("  {file}:{line}")),
+        (Some(file), None) => s.push_str(&format!("  {file}")),
+        _ => {}
+    }
+    if let Some(m) = &f.module {
+        if f.kind == FrameKind::Native {
+            s.push_str(&format!("  ({m})"));
+        }
+    }
+    s
 }
 
 #[cfg(test)]
