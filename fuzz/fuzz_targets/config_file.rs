@@ -68,11 +68,11 @@ fn check(c: &RunConfig, cli: &RunArgs, file: &RunArgs) {
     assert!((MIN_RINGBUF_BYTES..=MAX_RINGBUF_BYTES).contains(&u64::from(c.ringbuf_bytes)));
     assert!((1..=MAX_COMM_LABELS).contains(&c.max_comms));
     let f = &c.findings;
-    for d in [f.window, f.stall_threshold, f.repeated_open_window, f.churn_window] {
+    for d in [f.window, f.futex_stall.threshold, f.repeated_open.window, f.mmap_churn.window] {
         assert!(!d.is_zero());
     }
-    assert!(f.max_findings >= 1 && f.repeated_open_count >= 1);
-    assert!(f.small_read_min_count >= 1 && f.churn_cycles >= 1 && f.churn_bytes >= 1);
+    assert!(f.max_findings >= 1 && f.repeated_open.count >= 1);
+    assert!(f.small_reads.min_count >= 1 && f.mmap_churn.cycles >= 1 && f.mmap_churn.bytes >= 1);
     assert!(c.kernel_slow_threshold() <= c.slow_call);
     // The command line wins over the file, the file over the default.
     let defaults = RunArgs::defaults();
