@@ -87,9 +87,7 @@
 //! machine: 6.1 275-290 s and 6.12 190 s with the host otherwise quiet;
 //! 420 and 390 s with other builds competing for the cores. The boot itself
 //! takes about 5 s; a first run adds the kernels' download (seconds) and
-//! the static build (minutes). On a slower machine (2026-12-01) the 39
-//! tests on 6.1 did not finish in 900 s with unoptimized binaries; built
-//! at opt-level 1 ([`binaries`]) three of them took 68 s instead of 119.
+//! the static build (minutes).
 
 mod binaries;
 mod guest;
