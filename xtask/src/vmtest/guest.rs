@@ -33,6 +33,24 @@ const MARK_KILLED: &str = "SONIC-VMTEST-TIMEOUT ";
 const MARK_COMMAND: &str = "SONIC-VMTEST-COMMAND ";
 const MARK_EXIT: &str = "SONIC-VMTEST-COMMAND-EXIT ";
 
+/// Console lines of a kernel that has stopped making progress. After the
+/// first, the guest gets [`LOCKUP_GRACE`] to print its backtraces (the
+/// command line asks for every CPU's) and is then stopped: waiting for the
+/// whole timeout would only add minutes to a failed run.
+const LOCKUP_SIGNS: &[&str] = &[
+    "BUG: soft lockup",
+    "self-detected stall",
+    "detected stalls on CPUs",
+    "Kernel panic",
+    "hung_task_timeout_secs",
+];
+const LOCKUP_GRACE: Duration = Duration::from_secs(60);
+/// /init kills a test after 180 s (init.sh's TEST_TIMEOUT) and says so: a
+/// console silent for longer belongs to a guest that no longer runs.
+const SILENCE_LIMIT: Duration = Duration::from_secs(300);
+/// Lines kept from a lockup's report (its backtraces).
+const LOCKUP_LINES: usize = 200;
+
 /// What the guest said.
 pub struct Outcome {
     log: PathBuf,
@@ -47,6 +65,11 @@ pub struct Outcome {
     command_started: bool,
     command_exit: Option<i32>,
     timed_out: Option<Duration>,
+    /// The kernel stopped making progress: the first sign, the test then
+    /// running, and the console lines that followed (its backtraces).
+    lockup: Option<(String, String, Vec<String>)>,
+    /// The console was silent for longer than [`SILENCE_LIMIT`].
+    silent: Option<Duration>,
     qemu_status: Option<std::process::ExitStatus>,
 }
 
@@ -77,7 +100,7 @@ pub fn boot(kernel: &Kernel, initramfs: &Path, timeout: Duration, mode: Mode) ->
         "-initrd",
         path_str(initramfs)?,
         "-append",
-        "console=ttyS0 panic=-1",
+        "console=ttyS0 panic=-1 softlockup_all_cpu_backtrace=1",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -143,22 +166,46 @@ pub fn boot(kernel: &Kernel, initramfs: &Path, timeout: Duration, mode: Mode) ->
         command_started: false,
         command_exit: None,
         timed_out: None,
+        lockup: None,
+        silent: None,
         qemu_status: None,
     };
+    let mut deadline = deadline;
     // The test running: (binary::test, since, libtest named it).
     let mut running: Option<(String, Instant, bool)> = None;
     let mut killed = BTreeSet::new();
     let mut out = std::io::stdout();
     loop {
-        let (line, at) = match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        let now = Instant::now();
+        let wait = deadline.min(now + SILENCE_LIMIT).saturating_duration_since(now);
+        let (line, at) = match rx.recv_timeout(wait) {
             Ok(got) => got,
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                outcome.timed_out = Some(timeout);
+                if outcome.lockup.is_none() {
+                    if Instant::now() >= deadline {
+                        outcome.timed_out = Some(timeout);
+                    } else {
+                        outcome.silent = Some(SILENCE_LIMIT);
+                    }
+                }
                 let _ = qemu.kill();
                 break;
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         };
+        if let Some((_, _, lines)) = outcome.lockup.as_mut() {
+            if lines.len() < LOCKUP_LINES {
+                lines.push(line.clone());
+            }
+        } else if LOCKUP_SIGNS.iter().any(|sign| line.contains(sign)) {
+            let during = running.as_ref().map_or_else(|| "between tests".to_string(), |(n, _, _)| n.clone());
+            eprintln!(
+                "\nvmtest: the guest kernel stopped making progress during {during}; stopping it in {} s",
+                LOCKUP_GRACE.as_secs()
+            );
+            outcome.lockup = Some((line.trim().to_string(), during, vec![line.clone()]));
+            deadline = deadline.min(at + LOCKUP_GRACE);
+        }
         // The command's output, up to its exit status (a line of output
         // may end in the marker when it had no newline of its own).
         if outcome.command_started && outcome.command_exit.is_none() {
@@ -254,6 +301,12 @@ impl Outcome {
         for w in &self.warnings {
             eprintln!("guest warning: {w}");
         }
+        if let Some((_, during, lines)) = &self.lockup {
+            eprintln!("the kernel's report of its lockup (during {during}):");
+            for l in lines {
+                eprintln!("  | {l}");
+            }
+        }
         if !self.kernel_log.is_empty() {
             eprintln!("kernel warnings and errors logged meanwhile:");
             for l in &self.kernel_log {
@@ -300,6 +353,15 @@ impl Outcome {
         if let Some(t) = self.timed_out {
             why.push(format!("the guest did not finish within {} s", t.as_secs()));
         }
+        if let Some((first, during, _)) = &self.lockup {
+            why.push(format!("the guest kernel stopped making progress during {during}: {first:?}"));
+        }
+        if let Some(t) = self.silent {
+            why.push(format!(
+                "the guest's console was silent for {} s (hung) and it was stopped",
+                t.as_secs()
+            ));
+        }
         if self.kernel.is_none() {
             why.push(format!("the guest never ran /init ({})", self.status()));
         }
@@ -334,7 +396,8 @@ impl Outcome {
             .filter(|full| !self.tests.iter().any(|(n, _, _)| n == full))
             .collect();
         if !missing.is_empty() && self.kernel.is_some() {
-            why.push(format!("never ran: {}", missing.join(", ")));
+            let missing: Vec<&str> = missing.iter().map(String::as_str).collect();
+            why.push(format!("{} never ran: {}", missing.len(), names(&missing)));
         }
         match self.failed {
             None if self.kernel.is_some() && self.timed_out.is_none() => {
@@ -412,6 +475,8 @@ mod tests {
             command_started: false,
             command_exit: None,
             timed_out: None,
+            lockup: None,
+            silent: None,
             qemu_status: None,
         }
     }
@@ -447,7 +512,17 @@ mod tests {
     #[test]
     fn missing_and_failed_tests_fail() {
         let e = judge(&outcome(&[("core::a", "FAILED")], &[])).unwrap_err().to_string();
-        assert!(e.contains("1 failed: core::a") && e.contains("never ran: core::b"), "{e}");
+        assert!(e.contains("1 failed: core::a") && e.contains("1 never ran: core::b"), "{e}");
         assert_eq!(names(&["a", "b", "c", "d", "e", "f"]), "a, b, c, d and 2 more");
+    }
+
+    #[test]
+    fn a_lockup_fails_the_run_and_names_the_test() {
+        let mut o = outcome(&[("core::a", "ok"), ("core::b", "unfinished")], &[]);
+        let first = "[  99.1] watchdog: BUG: soft lockup - CPU#1 stuck for 22s! [sonic-probe:321]";
+        o.lockup = Some((first.into(), "core::b".into(), vec![first.into()]));
+        let e = judge(&o).unwrap_err().to_string();
+        assert!(e.contains("stopped making progress during core::b") && e.contains("soft lockup"), "{e}");
+        assert!(LOCKUP_SIGNS.iter().any(|sign| first.contains(sign)));
     }
 }

@@ -77,7 +77,10 @@
 //!
 //! Each test runs as its own process (its start and end marked on the
 //! console, killed if it hangs for 3 minutes), with its output through a
-//! pipe as under CI. Tests with tight time bounds get one retry
+//! pipe as under CI. A guest whose kernel reports a soft lockup, an RCU
+//! stall or a panic is stopped a minute later (every CPU's backtrace is
+//! asked for on its command line and printed in the summary), and one
+//! whose console stays silent for 5 minutes is stopped as hung. Tests with tight time bounds get one retry
 //! ([`RETRY_ONCE`]); a pass on the retry is flaky, and fails the kernel
 //! unless [`ALLOWED_FLAKY`] says why it may be. Exactness tests are never
 //! retried. Tests that read repository files find them at the path they
