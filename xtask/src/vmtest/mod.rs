@@ -86,11 +86,11 @@
 //! retried. Tests that read repository files find them at the path they
 //! were built in ([`initramfs::REPO_FILES`]).
 //!
-//! Time, boot to power-off for the 38 tests (37 when measured), on this project's 2-core
-//! machine: 6.1 275-290 s and 6.12 190 s with the host otherwise quiet;
-//! 420 and 390 s with other builds competing for the cores. The boot itself
-//! takes about 5 s; a first run adds the kernels' download (seconds) and
-//! the static build (minutes).
+//! Time, boot to power-off for the 38 tests, on this project's 2-core
+//! machine with the guest's binaries at opt-level 1: 5.10 427-438 s, 6.1
+//! 450 s, 6.12 333 s (912 s for 5.10 unoptimized). The boot itself takes about 5 s; a
+//! first run adds the kernels' download (seconds) and the static build
+//! (minutes).
 
 mod binaries;
 mod guest;
