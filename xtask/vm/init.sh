@@ -31,23 +31,6 @@ ip link set lo up
 # which xtask reads there: a locked-up guest never runs kernel_log below).
 echo 5 >/proc/sys/kernel/printk
 
-# QEMU's multi-threaded TCG (Debian 12's 7.2) can keep running a stale
-# translation of kernel text that another vCPU has just patched: 5.10's
-# guests locked up with both CPUs trapping, forever, on the int3 of a
-# finished text_poke_bp at the sys_enter tracepoint in
-# syscall_trace_enter (the memory already held the NOP), and 6.12 once
-# oopsed there. Every daemon start and stop flips that tracepoint's static
-# key, i.e. patches the code every syscall runs. Kept enabled here (events
-# on, nothing recorded), the keys of the tracepoints the programs attach to
-# never flip, and no code that runs often is patched while the tests run.
-# Real CPUs serialize after text_poke_bp's IPIs; nothing to do there.
-echo 0 >/sys/kernel/tracing/tracing_on
-for e in raw_syscalls/sys_enter raw_syscalls/sys_exit \
-    sched/sched_process_fork sched/sched_process_exec sched/sched_process_exit; do
-    echo 1 >"/sys/kernel/tracing/events/$e/enable" ||
-        echo "SONIC-VMTEST-WARNING cannot keep the tracepoint $e enabled"
-done
-
 echo "SONIC-VMTEST-KERNEL $(uname -r)"
 [ -e /sys/kernel/btf/vmlinux ] || echo "SONIC-VMTEST-WARNING no /sys/kernel/btf/vmlinux"
 

@@ -80,7 +80,15 @@ pub fn boot(kernel: &Kernel, initramfs: &Path, timeout: Duration, mode: Mode) ->
     let mut log = File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
     let args: Vec<String> = [
         "-accel",
-        "tcg",
+        // One host thread runs both vCPUs in turn. Multi-threaded TCG
+        // (Debian 12's QEMU 7.2) can go on running a stale translation of
+        // kernel text another vCPU has just patched: at every daemon start
+        // and stop the kernel patches the sys_enter tracepoint's jump label
+        // and static call in syscall_trace_enter (text_poke_bp), and 5.10's
+        // guests locked up with both CPUs trapping forever on an int3 that
+        // memory no longer held, 6.12's oopsed on one. Real CPUs serialize
+        // after text_poke_bp's IPIs; under one thread nothing runs stale.
+        "tcg,thread=single",
         "-cpu",
         // No CMPXCHG16B: Debian 12's QEMU 7.2 gets it wrong under TCG (the
         // flags after `cmpxchg16b %gs:(%rsi)`), and 6.12's SLUB fast path
