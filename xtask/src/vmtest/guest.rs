@@ -45,8 +45,10 @@ const LOCKUP_SIGNS: &[&str] = &[
     "hung_task_timeout_secs",
 ];
 const LOCKUP_GRACE: Duration = Duration::from_secs(60);
-/// /init kills a test after 180 s (init.sh's TEST_TIMEOUT) and says so: a
-/// console silent for longer belongs to a guest that no longer runs.
+/// /init kills a test after 180 s (init.sh's TEST_TIMEOUT) and says so: in
+/// the test plan, a console silent for longer belongs to a guest that no
+/// longer runs. A user's command (`vmtest -- COMMAND`) may be silent for as
+/// long as it likes, within the timeout.
 const SILENCE_LIMIT: Duration = Duration::from_secs(300);
 /// Lines kept from a lockup's report (its backtraces).
 const LOCKUP_LINES: usize = 200;
@@ -65,12 +67,20 @@ pub struct Outcome {
     command_started: bool,
     command_exit: Option<i32>,
     timed_out: Option<Duration>,
-    /// The kernel stopped making progress: the first sign, the test then
-    /// running, and the console lines that followed (its backtraces).
-    lockup: Option<(String, String, Vec<String>)>,
+    lockup: Option<Lockup>,
     /// The console was silent for longer than [`SILENCE_LIMIT`].
-    silent: Option<Duration>,
+    silent: bool,
     qemu_status: Option<std::process::ExitStatus>,
+}
+
+/// The kernel stopped making progress.
+struct Lockup {
+    /// The first console line that said so.
+    first: String,
+    /// The test then running.
+    during: String,
+    /// The console lines that followed (its backtraces).
+    lines: Vec<String>,
 }
 
 /// Boots the guest, streams its console (the whole console for the tests,
@@ -175,9 +185,10 @@ pub fn boot(kernel: &Kernel, initramfs: &Path, timeout: Duration, mode: Mode) ->
         command_exit: None,
         timed_out: None,
         lockup: None,
-        silent: None,
+        silent: false,
         qemu_status: None,
     };
+    let silence_limit = if mode == Mode::Tests { SILENCE_LIMIT } else { timeout };
     let mut deadline = deadline;
     // The test running: (binary::test, since, libtest named it).
     let mut running: Option<(String, Instant, bool)> = None;
@@ -185,7 +196,7 @@ pub fn boot(kernel: &Kernel, initramfs: &Path, timeout: Duration, mode: Mode) ->
     let mut out = std::io::stdout();
     loop {
         let now = Instant::now();
-        let wait = deadline.min(now + SILENCE_LIMIT).saturating_duration_since(now);
+        let wait = deadline.min(now + silence_limit).saturating_duration_since(now);
         let (line, at) = match rx.recv_timeout(wait) {
             Ok(got) => got,
             Err(mpsc::RecvTimeoutError::Timeout) => {
@@ -193,7 +204,7 @@ pub fn boot(kernel: &Kernel, initramfs: &Path, timeout: Duration, mode: Mode) ->
                     if Instant::now() >= deadline {
                         outcome.timed_out = Some(timeout);
                     } else {
-                        outcome.silent = Some(SILENCE_LIMIT);
+                        outcome.silent = true;
                     }
                 }
                 let _ = qemu.kill();
@@ -201,9 +212,9 @@ pub fn boot(kernel: &Kernel, initramfs: &Path, timeout: Duration, mode: Mode) ->
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         };
-        if let Some((_, _, lines)) = outcome.lockup.as_mut() {
-            if lines.len() < LOCKUP_LINES {
-                lines.push(line.clone());
+        if let Some(lockup) = outcome.lockup.as_mut() {
+            if lockup.lines.len() < LOCKUP_LINES {
+                lockup.lines.push(line.clone());
             }
         } else if LOCKUP_SIGNS.iter().any(|sign| line.contains(sign)) {
             let during = running.as_ref().map_or_else(|| "between tests".to_string(), |(n, _, _)| n.clone());
@@ -211,7 +222,8 @@ pub fn boot(kernel: &Kernel, initramfs: &Path, timeout: Duration, mode: Mode) ->
                 "\nvmtest: the guest kernel stopped making progress during {during}; stopping it in {} s",
                 LOCKUP_GRACE.as_secs()
             );
-            outcome.lockup = Some((line.trim().to_string(), during, vec![line.clone()]));
+            outcome.lockup =
+                Some(Lockup { first: line.trim().to_string(), during, lines: vec![line.clone()] });
             deadline = deadline.min(at + LOCKUP_GRACE);
         }
         // The command's output, up to its exit status (a line of output
@@ -309,9 +321,9 @@ impl Outcome {
         for w in &self.warnings {
             eprintln!("guest warning: {w}");
         }
-        if let Some((_, during, lines)) = &self.lockup {
-            eprintln!("the kernel's report of its lockup (during {during}):");
-            for l in lines {
+        if let Some(lockup) = &self.lockup {
+            eprintln!("the kernel's report of its lockup (during {}):", lockup.during);
+            for l in &lockup.lines {
                 eprintln!("  | {l}");
             }
         }
@@ -361,13 +373,13 @@ impl Outcome {
         if let Some(t) = self.timed_out {
             why.push(format!("the guest did not finish within {} s", t.as_secs()));
         }
-        if let Some((first, during, _)) = &self.lockup {
+        if let Some(Lockup { first, during, .. }) = &self.lockup {
             why.push(format!("the guest kernel stopped making progress during {during}: {first:?}"));
         }
-        if let Some(t) = self.silent {
+        if self.silent {
             why.push(format!(
                 "the guest's console was silent for {} s (hung) and it was stopped",
-                t.as_secs()
+                SILENCE_LIMIT.as_secs()
             ));
         }
         if self.kernel.is_none() {
@@ -484,7 +496,7 @@ mod tests {
             command_exit: None,
             timed_out: None,
             lockup: None,
-            silent: None,
+            silent: false,
             qemu_status: None,
         }
     }
@@ -528,7 +540,7 @@ mod tests {
     fn a_lockup_fails_the_run_and_names_the_test() {
         let mut o = outcome(&[("core::a", "ok"), ("core::b", "unfinished")], &[]);
         let first = "[  99.1] watchdog: BUG: soft lockup - CPU#1 stuck for 22s! [sonic-probe:321]";
-        o.lockup = Some((first.into(), "core::b".into(), vec![first.into()]));
+        o.lockup = Some(Lockup { first: first.into(), during: "core::b".into(), lines: vec![first.into()] });
         let e = judge(&o).unwrap_err().to_string();
         assert!(e.contains("stopped making progress during core::b") && e.contains("soft lockup"), "{e}");
         assert!(LOCKUP_SIGNS.iter().any(|sign| first.contains(sign)));

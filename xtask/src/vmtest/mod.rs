@@ -87,8 +87,9 @@
 //! were built in ([`initramfs::REPO_FILES`]).
 //!
 //! Time, boot to power-off for the 38 tests, on this project's 2-core
-//! machine with the guest's binaries at opt-level 1: 5.10 427-438 s, 6.1
-//! 450 s, 6.12 333 s (912 s for 5.10 unoptimized). The boot itself takes about 5 s; a
+//! machine with the guest's binaries at opt-level 1 and TCG in one thread
+//! (guest.rs says why): 5.10 426-469 s, 6.1 511 s, 6.12 349 s (5.10 took
+//! 912 s unoptimized). The boot itself takes about 5 s; a
 //! first run adds the kernels' download (seconds) and the static build
 //! (minutes).
 
