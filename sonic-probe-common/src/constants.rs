@@ -136,8 +136,19 @@ shared_consts! {
     pub const MAX_TARGET_THREADS: u32 = 4096;
     /// Deepest cgroup level a --cgroup target may have (bits of cgroup_levels).
     pub const MAX_CGROUP_LEVEL: u32 = 31;
-    /// max_entries of syscall_stats (per-CPU, allocated on use).
+    /// max_entries of stats_index and of syscall_stats (per-CPU hash,
+    /// allocated on use: the keys without a slot in stats_slots).
     pub const MAX_STATS_ENTRIES: u32 = 16384;
+    /// The most slots stats_slots (a per-CPU array, allocated whole at
+    /// load, one per-CPU allocation per slot) may have; the daemon sizes it
+    /// to its memory budget (probe::stats_slots).
+    pub const MAX_STATS_SLOTS: u32 = 512;
+    /// Entries of a thread's cache of its statistics slots
+    /// (thread_state.slot_cache; a power of 2).
+    pub const STATS_SLOT_CACHE: u32 = 16;
+    /// stats_slot.slot_plus_one of a key without a slot: it counts in
+    /// syscall_stats.
+    pub const SLOT_IN_HASH: u32 = 0xffff_ffff;
     /// max_entries of syscall_errors (per-CPU, allocated on use).
     pub const MAX_ERROR_ENTRIES: u32 = 8192;
     /// max_entries of open_files (descriptors of watched processes).

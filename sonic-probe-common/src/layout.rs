@@ -105,13 +105,33 @@ shared_struct! {
         /// What aux holds: 0 nothing, AUX_TIMESPEC.
         pub aux_kind: u16,
         pub _pad: [u16; 3],
+        /// The workload (cgroup) and process name slot_cache was filled
+        /// for: the cache is emptied when either changes.
+        pub stats_cgroup: u64,
+        pub stats_comm: [u8; 16],
+        /// This thread's recently used slots of stats_slots, so that a
+        /// call costs a compare and an array index instead of a hash lookup
+        /// (stats.h).
+        pub slot_cache: [StatsSlot; STATS_SLOT_CACHE as usize],
         /// Path argument read at entry (openat), NUL terminated.
         pub path: [u8; 256],
     }
 }
 
 shared_struct! {
-    /// Key of syscall_stats: one entry per process name, syscall and
+    /// One entry of a thread's slot cache: (syscall, variant) -> slot.
+    pub struct StatsSlot as "stats_slot" {
+        pub syscall: u16,
+        pub variant: u16,
+        /// The slot in stats_slots plus one; 0: empty; SLOT_IN_HASH: the
+        /// key has no slot and counts in syscall_stats.
+        pub slot_plus_one: u32,
+    }
+}
+
+shared_struct! {
+    /// Key of stats_index (-> its slot of stats_slots) and of syscall_stats
+    /// (the keys without a slot): one entry per process name, syscall and
     /// variant. Not per process: thousands of short-lived processes of one
     /// name share their entries, so process churn allocates nothing in the
     /// kernel (per-process entries made allocation fail in bursts of forks).
@@ -357,6 +377,7 @@ shared_struct! {
 /// Appends every shared structure with its layout asserts.
 pub(crate) fn write_c_structs(out: &mut String) {
     write_struct::<ProbeConfig>(out);
+    write_struct::<StatsSlot>(out);
     write_struct::<ThreadState>(out);
     write_struct::<StatsKey>(out);
     write_struct::<SyscallStats>(out);
@@ -386,7 +407,7 @@ const _: () = assert!(core::mem::size_of::<FutexWakeRing>() == 8 + 40 * FUTEX_WA
 const _: () = assert!(core::mem::size_of::<SyscallStats>() == 8 * (5 + LATENCY_BUCKETS + SIZE_BUCKETS));
 const _: () = assert!(core::mem::size_of::<StatsKey>() == 32);
 const _: () = assert!(core::mem::size_of::<ErrorKey>() == 32);
-const _: () = assert!(core::mem::size_of::<ThreadState>() == 88 + PATH_CAP);
+const _: () = assert!(core::mem::size_of::<ThreadState>() == 112 + 8 * STATS_SLOT_CACHE as usize + PATH_CAP);
 const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 72 + 4 * MAX_GPU_MAJORS);
 const _: () = assert!(core::mem::size_of::<InflightWait>() == 56);
 const _: () = assert!(core::mem::offset_of!(ProbeConfig, inflight_waits) == 68 + 4 * MAX_GPU_MAJORS);

@@ -75,7 +75,47 @@ struct {
 } zero_thread_state SEC(".maps");
 #endif
 
-/* Exact per-name call statistics, per CPU; read by the daemon at scrape time. */
+/* Where each (process name, workload, syscall, variant) is counted: its
+ * slot in stats_slots, taken at its first call and kept for the daemon's
+ * lifetime (stats.h). Keys without a slot count in syscall_stats. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, SP_MAX_STATS_ENTRIES);
+	__type(key, struct stats_key);
+	__type(value, __u32);
+} stats_index SEC(".maps");
+
+/* Exact call statistics, per CPU, one slot per stats_index entry; read by
+ * the daemon at scrape time. A per-CPU array is allocated whole at load,
+ * one per-CPU allocation per slot: the daemon sizes it (a few hundred
+ * slots, probe::stats_slots), and the keys past them go to syscall_stats. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SP_MAX_STATS_SLOTS);
+	__type(key, __u32);
+	__type(value, struct syscall_stats);
+} stats_slots SEC(".maps");
+
+/* Slots of stats_slots taken: slot -> 1 (stats.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, SP_MAX_STATS_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} stats_claims SEC(".maps");
+
+/* How many slots of stats_slots are taken: where to look for a free one. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats_taken SEC(".maps");
+
+/* Exact per-name call statistics of the keys without a slot, per CPU
+ * (allocated on use); read by the daemon at scrape time. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);

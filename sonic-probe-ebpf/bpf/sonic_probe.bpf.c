@@ -201,7 +201,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	else if (vkind == SP_VARIANT_FILE_CLASS)
 		key.variant = c.file_class;
 
-	add_stats(&key, &sample);
+	add_stats(st, &key, &sample);
 	if (failed)
 		add_error(&key, ret);
 

@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: (MIT OR GPL-2.0) */
 /*
- * Exact aggregation: every traced call lands in syscall_stats (and every
+ * Exact aggregation: every traced call lands in its statistics (and every
  * failure in syscall_errors) under its process name and (with workloads on)
- * its cgroup, per CPU. When a map is
- * full (or the kernel cannot allocate an entry) the call goes to the
- * overflow entry of its syscall the daemon created (empty name), so totals
+ * its cgroup, per CPU. The first few hundred keys get a slot of a per-CPU
+ * array (stats_slots; stats_index gives each key its slot once, and each
+ * thread caches the slots it uses), so their calls pay no hash lookup;
+ * later keys count in the per-CPU hash syscall_stats. When that is full
+ * (or the kernel cannot allocate an entry) the call goes to the overflow
+ * entry of its syscall (empty name; the daemon created those), so totals
  * stay exact.
  */
 #pragma once
@@ -40,28 +43,119 @@ struct call_sample {
 	bool small;
 };
 
-static __always_inline void add_stats(struct stats_key *key, const struct call_sample *c)
+/* The slot of key in stats_slots plus one: its stats_index entry, made
+ * now if this is its first call; SP_SLOT_IN_HASH when there is no slot
+ * for it (all taken, or the index full): it counts in syscall_stats.
+ *
+ * A new slot is claimed by entering it in stats_claims (BPF_NOEXIST: one
+ * CPU wins), not by an atomic fetch-and-add, which 5.10's BPF lacks;
+ * stats_taken is the hint where free slots begin. */
+static __always_inline __u32 slot_of(const struct stats_key *key)
+{
+	__u32 *found = bpf_map_lookup_elem(&stats_index, key);
+	if (found)
+		return *found + 1;
+
+	__u32 zero = 0;
+	__u64 *taken = bpf_map_lookup_elem(&stats_taken, &zero);
+	if (!taken)
+		return SP_SLOT_IN_HASH;
+	__u64 first = *(volatile __u64 *)taken;
+	for (__u32 i = 0; i < 4; i++) {
+		__u32 slot = first + i;
+		/* Beyond the array the daemon sized: all taken. */
+		if (first + i >= SP_MAX_STATS_SLOTS || !bpf_map_lookup_elem(&stats_slots, &slot))
+			break;
+		__u32 one = 1;
+		if (bpf_map_update_elem(&stats_claims, &slot, &one, BPF_NOEXIST))
+			continue; /* another CPU's */
+		__sync_fetch_and_add(taken, i + 1);
+		if (!bpf_map_update_elem(&stats_index, key, &slot, BPF_NOEXIST))
+			return slot + 1;
+		/* Another CPU entered the key first (the slot stays unused),
+		 * or the index is full. */
+		found = bpf_map_lookup_elem(&stats_index, key);
+		if (found)
+			return *found + 1;
+		break;
+	}
+	return SP_SLOT_IN_HASH;
+}
+
+/* Same process name and workload as the thread's cached slots? Compared
+ * in 4-byte words: comm sits at offset 4 of the key. */
+static __always_inline bool same_identity(const struct thread_state *st, const struct stats_key *key)
+{
+	const __u32 *a = (const __u32 *)key->comm, *b = (const __u32 *)st->stats_comm;
+
+	return st->stats_cgroup == key->cgroup && a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3];
+}
+
+/* The statistics of key in syscall_stats (made if new); when that map is
+ * full, its syscall's overflow entry the daemon created (empty name). */
+static __always_inline struct syscall_stats *hashed_stats_of(const struct stats_key *key)
 {
 	struct syscall_stats *s = bpf_map_lookup_elem(&syscall_stats, key);
 
+	if (s)
+		return s;
+	__u32 zero_idx = 0;
+	struct syscall_stats *zero = bpf_map_lookup_elem(&zero_stats, &zero_idx);
+
+	if (zero)
+		bpf_map_update_elem(&syscall_stats, key, zero, BPF_NOEXIST);
+	s = bpf_map_lookup_elem(&syscall_stats, key);
+	if (s)
+		return s;
+	struct stats_key overflow = { .syscall = key->syscall };
+
+	s = bpf_map_lookup_elem(&syscall_stats, &overflow);
 	if (!s) {
-		__u32 zero_idx = 0;
-		struct syscall_stats *zero = bpf_map_lookup_elem(&zero_stats, &zero_idx);
-
-		if (zero)
-			bpf_map_update_elem(&syscall_stats, key, zero, BPF_NOEXIST);
-		s = bpf_map_lookup_elem(&syscall_stats, key);
-		if (!s) {
-			struct stats_key overflow = { .syscall = key->syscall };
-
-			s = bpf_map_lookup_elem(&syscall_stats, &overflow);
-			if (!s) {
-				count(SP_COUNTER_DROP_STATS);
-				return;
-			}
-			count(SP_COUNTER_STATS_OVERFLOW);
-		}
+		count(SP_COUNTER_DROP_STATS);
+		return NULL;
 	}
+	count(SP_COUNTER_STATS_OVERFLOW);
+	return s;
+}
+
+/* The statistics of key, through the thread's slot cache: a hit costs a
+ * compare and a per-CPU array index (inlined by the verifier on newer
+ * kernels), a miss one stats_index lookup as a hash of the key would. Keys
+ * without a slot pay the hash lookup in syscall_stats. */
+static __always_inline struct syscall_stats *stats_of(struct thread_state *st, const struct stats_key *key)
+{
+	if (!same_identity(st, key)) {
+		st->stats_cgroup = key->cgroup;
+		__builtin_memcpy(st->stats_comm, key->comm, SP_COMM_LEN);
+		for (int i = 0; i < SP_STATS_SLOT_CACHE; i++)
+			st->slot_cache[i].slot_plus_one = 0;
+	}
+	struct stats_slot *e = &st->slot_cache[(key->syscall * 5 + key->variant) & (SP_STATS_SLOT_CACHE - 1)];
+	__u32 slot_plus_one;
+	if (e->slot_plus_one && e->syscall == key->syscall && e->variant == key->variant) {
+		slot_plus_one = e->slot_plus_one;
+	} else {
+		slot_plus_one = slot_of(key);
+		e->syscall = key->syscall;
+		e->variant = key->variant;
+		e->slot_plus_one = slot_plus_one;
+	}
+	if (slot_plus_one == SP_SLOT_IN_HASH)
+		return hashed_stats_of(key);
+	__u32 slot = slot_plus_one - 1;
+	struct syscall_stats *s = bpf_map_lookup_elem(&stats_slots, &slot);
+	if (!s)
+		count(SP_COUNTER_DROP_STATS);
+	return s;
+}
+
+static __always_inline void add_stats(struct thread_state *st, const struct stats_key *key,
+				      const struct call_sample *c)
+{
+	struct syscall_stats *s = stats_of(st, key);
+
+	if (!s)
+		return;
 	s->total_ns += c->duration_ns;
 	s->bytes += c->bytes;
 	if (c->failed)

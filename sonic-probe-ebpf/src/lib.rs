@@ -204,6 +204,11 @@ pub mod maps {
     pub const TARGET_CGROUPS: &str = "target_cgroups";
     /// Per-thread entry state; a hash only with entry_state=thread_map.
     pub const THREAD_STATES: &str = "thread_states";
+    /// (name, workload, syscall, variant) -> its slot of stats_slots.
+    pub const STATS_INDEX: &str = "stats_index";
+    /// Per-CPU array of call statistics, one slot per stats_index entry.
+    pub const STATS_SLOTS: &str = "stats_slots";
+    /// Per-CPU hash of the call statistics of keys without a slot.
     pub const SYSCALL_STATS: &str = "syscall_stats";
     pub const SYSCALL_ERRORS: &str = "syscall_errors";
     pub const COUNTERS: &str = "counters";

@@ -163,11 +163,22 @@ impl StatsStore {
 
     /// Reads the maps: totals since attach.
     pub fn snapshot(&self) -> Snapshot {
-        let stats = read_summed(&self.maps.stats, |vals: &[SyscallStats]| {
+        let sum = |vals: &[SyscallStats]| {
             let mut s = SyscallStats::zeroed();
             vals.iter().for_each(|v| add_stats(&mut s, v));
             s
-        });
+        };
+        // Keys with a slot, then the rest (a key can be in both: a thread
+        // that lost the race for its slot counted in the hash meanwhile;
+        // the aggregator adds them up).
+        let mut stats: Vec<(StatsKey, SyscallStats)> = self
+            .maps
+            .index
+            .iter()
+            .filter_map(|r| r.ok())
+            .filter_map(|(key, slot)| Some((key, sum(&self.maps.slots.get(&slot, 0).ok()?))))
+            .collect();
+        stats.extend(read_summed(&self.maps.stats, sum));
         let errors = read_summed(&self.maps.errors, |vals: &[u64]| vals.iter().sum());
         self.aggregator.snapshot(&stats, &errors)
     }
@@ -183,13 +194,27 @@ impl StatsStore {
         out
     }
 
-    /// Entries in the kernel maps now (names seen plus overflow entries).
-    pub fn live_entries(&self) -> (usize, usize) {
-        (
-            self.maps.stats.keys().filter(|k| k.is_ok()).count(),
-            self.maps.errors.keys().filter(|k| k.is_ok()).count(),
-        )
+    /// Entries in the kernel maps now.
+    pub fn live_entries(&self) -> MapEntries {
+        let slotted = self.maps.index.keys().filter(|k| k.is_ok()).count();
+        MapEntries {
+            stats: slotted + self.maps.stats.keys().filter(|k| k.is_ok()).count(),
+            slotted,
+            errors: self.maps.errors.keys().filter(|k| k.is_ok()).count(),
+        }
     }
+}
+
+/// How many entries the aggregation maps hold.
+#[derive(Debug, Clone, Copy)]
+pub struct MapEntries {
+    /// Statistics keys (name, workload, syscall, variant) with or without
+    /// a slot, the overflow entries included.
+    pub stats: usize,
+    /// Those with a slot of stats_slots (at most probe::stats_slots).
+    pub slotted: usize,
+    /// Error keys, the overflow entries included.
+    pub errors: usize,
 }
 
 fn read_summed<K: Pod, V: Pod, T>(

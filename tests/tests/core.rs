@@ -3,6 +3,7 @@
 
 use std::process::Command;
 
+use sonic_probe_common::constants::MAX_STATS_SLOTS;
 use sonic_probe_tests::{
     parse_strace_summary, privileged, unique_name,
     workload::{exact, io, spawn},
@@ -368,6 +369,33 @@ fn a_renamed_process_counts_under_each_name_exactly() {
     assert_eq!(m.calls("read", &a), 2 * n);
     assert_eq!(m.calls("read", &b), 3 * n);
     assert_eq!(m.sum("sonic_probe_aggregation_overflow_total", &[("map", "syscall_stats")]), 0.0);
+}
+
+/// The first keys get a slot of the kernel's per-CPU statistics array, the
+/// rest count in its per-CPU hash (stats.h): both exactly.
+#[test]
+fn keys_beyond_the_statistics_slots_count_exactly() {
+    if !privileged("keys_beyond_the_statistics_slots_count_exactly") {
+        return;
+    }
+    let (k, n) = (u64::from(MAX_STATS_SLOTS) + 100, 3);
+    let prefix = unique_name("spk");
+    let w = Workload::start(Some(&prefix), &["names", &k.to_string(), &n.to_string()]);
+    let d = Daemon::start(&["--pid", &w.pid().to_string(), "--max-comms", "10000"]);
+    assert!(w.go().success());
+    let m = d.metrics();
+    let prefix: String = prefix.chars().take(9).collect();
+    for i in 1..=k {
+        assert_eq!(m.calls("read", &format!("{prefix}.{i}")), n, "name {i} of {k}");
+    }
+    assert_eq!(m.sum("sonic_probe_aggregation_overflow_total", &[("map", "syscall_stats")]), 0.0);
+    let entries = |map| m.get("sonic_probe_kernel_map_entries", &[("map", map)]).unwrap_or(0.0) as u64;
+    // Every slot taken (a name's reads of /dev/zero are one key), the
+    // names past them in the hash.
+    let cpus = aya::util::nr_cpus().expect("possible CPUs");
+    let slots = u64::from(sonic_probe::probe::stats_slots(cpus));
+    assert_eq!(entries("stats_slots"), slots);
+    assert!(entries("syscall_stats") - slots >= k - slots, "{} statistics keys", entries("syscall_stats"));
 }
 
 #[test]

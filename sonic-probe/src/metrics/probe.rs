@@ -222,8 +222,9 @@ impl Collector for ProbeCollector {
         out.push(probe_family(
             "sonic_probe_kernel_map_entries",
             vec![
-                gauge(&[("map", "syscall_stats")], entries.0 as f64),
-                gauge(&[("map", "syscall_errors")], entries.1 as f64),
+                gauge(&[("map", "syscall_stats")], entries.stats as f64),
+                gauge(&[("map", "stats_slots")], entries.slotted as f64),
+                gauge(&[("map", "syscall_errors")], entries.errors as f64),
                 gauge(&[("map", "open_files")], self.findings.open_file_entries() as f64),
             ]
             .into_iter()

@@ -20,8 +20,8 @@ use aya::{
     Btf, Ebpf, EbpfLoader,
 };
 use sonic_probe_common::{
-    ext_key, syscalls::NR_SYSCALLS, ErrorKey, ExtKey, FileKey, InflightWait, OpenFile, ProbeConfig,
-    SharedStruct, StatsKey, SyscallStats, ThreadState,
+    constants::MAX_STATS_SLOTS, ext_key, syscalls::NR_SYSCALLS, ErrorKey, ExtKey, FileKey, InflightWait,
+    OpenFile, ProbeConfig, SharedStruct, StatsKey, SyscallStats, ThreadState,
 };
 use sonic_probe_ebpf::{maps, ProgramGroup, Variant, PROGRAMS};
 
@@ -151,6 +151,7 @@ impl Probe {
             // kernel side uses it.
             .allow_unsupported_maps()
             .map_max_entries(maps::EVENTS, ringbuf_bytes)
+            .map_max_entries(maps::STATS_SLOTS, stats_slots(nr_cpus()?))
             .load(object)
             .map_err(|e| memlock_hint(ProbeError::Load(e)))?;
         for spec in PROGRAMS {
@@ -240,6 +241,12 @@ impl Probe {
 
     /// The aggregation maps, with their overflow entries created (call once).
     pub fn take_aggregates(&mut self) -> Result<Aggregates, ProbeError> {
+        let index: HashMap<MapData, StatsKey, u32> =
+            HashMap::try_from(take(&mut self.ebpf, maps::STATS_INDEX)?)
+                .map_err(map_err(maps::STATS_INDEX))?;
+        let slots: PerCpuArray<MapData, SyscallStats> =
+            PerCpuArray::try_from(take(&mut self.ebpf, maps::STATS_SLOTS)?)
+                .map_err(map_err(maps::STATS_SLOTS))?;
         let mut stats: PerCpuHashMap<MapData, StatsKey, SyscallStats> =
             PerCpuHashMap::try_from(take(&mut self.ebpf, maps::SYSCALL_STATS)?)
                 .map_err(map_err(maps::SYSCALL_STATS))?;
@@ -248,7 +255,7 @@ impl Probe {
                 .map_err(map_err(maps::SYSCALL_ERRORS))?;
         let counters =
             PerCpuArray::try_from(take(&mut self.ebpf, maps::COUNTERS)?).map_err(map_err(maps::COUNTERS))?;
-        let cpus = aya::util::nr_cpus().map_err(|(f, e)| ProbeError::Cpus(format!("{f}: {e}")))?;
+        let cpus = nr_cpus()?;
         // The entries calls fall back to when a map is full or the kernel
         // cannot allocate (empty name): totals stay exact, exported as
         // comm="other".
@@ -262,7 +269,7 @@ impl Probe {
                 PerCpuValues::try_from(vec![0u64; cpus]).map_err(|e| ProbeError::Cpus(e.to_string()))?;
             errors.insert(key, zero, 0).map_err(map_err(maps::SYSCALL_ERRORS))?;
         }
-        Ok(Aggregates { stats, errors, counters })
+        Ok(Aggregates { index, slots, stats, errors, counters })
     }
 
     /// Fills the extension -> file class table the programs classify files by.
@@ -317,7 +324,12 @@ impl Probe {
 
 /// The maps the daemon reads at scrape time.
 pub struct Aggregates {
-    /// (process, name, syscall, variant) -> per-CPU call statistics.
+    /// (name, workload, syscall, variant) -> its slot in `slots`.
+    pub index: HashMap<MapData, StatsKey, u32>,
+    /// slot -> per-CPU call statistics.
+    pub slots: PerCpuArray<MapData, SyscallStats>,
+    /// (name, workload, syscall, variant) -> per-CPU call statistics of the
+    /// keys without a slot (and the overflow entries).
     pub stats: PerCpuHashMap<MapData, StatsKey, SyscallStats>,
     /// (process, name, syscall, errno) -> per-CPU error counts.
     pub errors: PerCpuHashMap<MapData, ErrorKey, u64>,
@@ -325,6 +337,38 @@ pub struct Aggregates {
     pub counters: PerCpuArray<MapData, u64>,
 }
 
+/// Kernel memory the statistics slots may take: stats_slots is a per-CPU
+/// array, allocated whole at load (400 bytes a slot per CPU).
+pub const STATS_MEMORY_BUDGET: usize = 16 << 20;
+
+/// Slots of stats_slots on a machine of `cpus` CPUs: as many as the budget
+/// allows, at most MAX_STATS_SLOTS (each is one per-CPU allocation at load:
+/// thousands of them stall the kernel's per-CPU allocator), at least 64.
+/// Keys beyond them count in the per-CPU hash syscall_stats, exactly, one
+/// hash lookup a call dearer.
+pub fn stats_slots(cpus: usize) -> u32 {
+    let fit = STATS_MEMORY_BUDGET / (std::mem::size_of::<SyscallStats>() * cpus.max(1));
+    fit.clamp(64, MAX_STATS_SLOTS as usize) as u32
+}
+
+fn nr_cpus() -> Result<usize, ProbeError> {
+    aya::util::nr_cpus().map_err(|(f, e)| ProbeError::Cpus(format!("{f}: {e}")))
+}
+
 fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map, ProbeError> {
     ebpf.take_map(name).ok_or(ProbeError::Missing(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statistics_slots_follow_the_memory_budget() {
+        // Small machines get every slot; big ones what the budget pays for.
+        assert_eq!(stats_slots(2), MAX_STATS_SLOTS);
+        assert_eq!(stats_slots(128), (STATS_MEMORY_BUDGET / (400 * 128)) as u32);
+        assert_eq!(stats_slots(100_000), 64);
+        assert_eq!(stats_slots(0), MAX_STATS_SLOTS);
+    }
 }

@@ -17,6 +17,10 @@
 //!                              name NAME 3*N reads, then under the first
 //!                              name again N reads (the kernel's slot cache
 //!                              follows the name)
+//!   names K N                  N reads of /dev/zero under each of K process
+//!                              names: its own name's first 9 characters,
+//!                              then ".1" to ".K" (more keys than the
+//!                              kernel has statistics slots)
 //!   idle                       nothing after the go signal
 //!
 //! Calls go straight to libc (no allocation, no std I/O) after the go
@@ -202,6 +206,7 @@ fn main() {
         "futex-wait" => (0, 0, 0, num(1)),
         "stall" => (0, 0, 0, num(2)),
         "rename" => (0, 0, num(2), 0),
+        "names" => (0, 0, num(2), 0),
         "exact" | "idle" | "io" => (0, 0, 0, 0),
         other => die(&format!("unknown mode {other}")),
     };
@@ -216,7 +221,17 @@ fn main() {
     } else {
         -1
     };
-    // Only in rename mode: a whole-host test would count this open and read.
+    // Only in the naming modes: a whole-host test would count this open and
+    // read.
+    let many_names: Vec<CString> = if mode == "names" {
+        let own = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+        let prefix: String = own.trim_end().chars().take(9).collect();
+        (1..=num(1))
+            .map(|i| CString::new(format!("{prefix}.{i}")).unwrap_or_else(|_| die("bad name")))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let names = if mode == "rename" {
         let first_name = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
         let second =
@@ -225,7 +240,7 @@ fn main() {
     } else {
         None
     };
-    let zero_fd = if mode == "spawn" || mode == "rename" {
+    let zero_fd = if matches!(mode.as_str(), "spawn" | "rename" | "names") {
         // SAFETY: valid NUL-terminated path.
         unsafe { libc::open(zero.as_ptr(), libc::O_RDONLY) }
     } else {
@@ -246,6 +261,14 @@ fn main() {
                     libc::prctl(libc::PR_SET_NAME, name.as_ptr());
                 }
                 for _ in 0..n {
+                    libc::read(zero_fd, buf(), 64);
+                }
+            }
+        },
+        "names" => unsafe {
+            for name in &many_names {
+                libc::prctl(libc::PR_SET_NAME, name.as_ptr());
+                for _ in 0..reads {
                     libc::read(zero_fd, buf(), 64);
                 }
             }
