@@ -31,6 +31,23 @@ static __always_inline __u64 workload_of(const struct probe_config *cfg)
 	return cfg->workload_cgroups ? bpf_get_current_cgroup_id() : 0;
 }
 
+/* The same for the current task at hand: with the task as a BTF pointer,
+ * the id the helper returns (task->cgroups->dfl_cgrp->kn->id) read with
+ * plain loads, no helper call. */
+static __always_inline __u64 workload_of_task(const struct probe_config *cfg, struct task_struct *task)
+{
+	if (!cfg->workload_cgroups)
+		return 0;
+#if SP_TASK_BTF
+	struct css_set *cset = task->cgroups;
+	struct cgroup *cg = cset ? cset->dfl_cgrp : NULL;
+	struct kernfs_node *kn = cg ? cg->kn : NULL;
+	return kn ? kn->id : 0;
+#else
+	return bpf_get_current_cgroup_id();
+#endif
+}
+
 /* cgroup: the caller's cgroup v2 id with workloads on (the statistics'
  * key has it at hand), else 0. */
 static __always_inline void fill_header(struct event_header *h, __u32 kind, __u64 pid_tgid,

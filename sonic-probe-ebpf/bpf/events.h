@@ -29,8 +29,9 @@ struct call_info {
 	__u64 file_ino;
 };
 
-/* waker: the wake that ended a futex wait; all zero if none. */
-static __always_inline void fill_call(struct syscall_event *ev, const struct thread_state *st,
+/* task: the calling thread; waker: the wake that ended a futex wait; all
+ * zero if none. */
+static __always_inline void fill_call(struct syscall_event *ev, struct task_struct *task, const struct thread_state *st,
 				      const struct stats_key *key, const struct call_info *c,
 				      const struct futex_wake *waker)
 {
@@ -52,12 +53,18 @@ static __always_inline void fill_call(struct syscall_event *ev, const struct thr
 	ev->aux[0] = st->aux[0];
 	ev->aux[1] = st->aux[1];
 	ev->aux_kind = st->aux_kind;
+#if SP_TASK_BTF
+	/* Plain loads, no helper call; bytes after the NUL are ignored by the daemon. */
+	KREAD_ARRAY(ev->thread_comm, task, comm);
+#else
 	bpf_get_current_comm(ev->thread_comm, SP_COMM_LEN);
+#endif
 	__builtin_memcpy(ev->process_comm, key->comm, SP_COMM_LEN);
 }
 
 /* with_path: the call has a path argument; it is sent along. */
-static __always_inline void emit_call(const struct probe_config *cfg, const struct thread_state *st,
+static __always_inline void emit_call(const struct probe_config *cfg, struct task_struct *task,
+				      const struct thread_state *st,
 				      const struct stats_key *key, struct call_info *c, bool with_path,
 				      const struct futex_wake *waker)
 {
@@ -69,7 +76,7 @@ static __always_inline void emit_call(const struct probe_config *cfg, const stru
 			count(SP_COUNTER_DROP_RINGBUF);
 			return;
 		}
-		fill_call(&ev->call, st, key, c, waker);
+		fill_call(&ev->call, task, st, key, c, waker);
 		ev->call.header.kind = SP_EVENT_SYSCALL_PATH;
 		ev->call.reasons |= st->path_flags;
 		ev->call.path_len = st->path_len;
@@ -81,7 +88,7 @@ static __always_inline void emit_call(const struct probe_config *cfg, const stru
 			count(SP_COUNTER_DROP_RINGBUF);
 			return;
 		}
-		fill_call(ev, st, key, c, waker);
+		fill_call(ev, task, st, key, c, waker);
 		bpf_ringbuf_submit(ev, submit_flags(cfg));
 	}
 }

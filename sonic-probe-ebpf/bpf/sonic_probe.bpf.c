@@ -146,7 +146,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	__u32 tgid = c.pid_tgid >> 32;
 	bool failed = ret < 0 && ret >= -4095;
 
-	struct stats_key key = { .syscall = idx, .cgroup = workload_of(cfg) };
+	struct stats_key key = { .syscall = idx, .cgroup = workload_of_task(cfg, task) };
 	{
 		struct task_struct *leader = KREAD(task, group_leader);
 		KREAD_COMM(key.comm, leader);
@@ -230,7 +230,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		if (of)
 			describe_file(&c, of);
 	}
-	emit_call(cfg, st, &key, &c, sp_syscall_path_arg(idx) >= 0, &waker);
+	emit_call(cfg, task, st, &key, &c, sp_syscall_path_arg(idx) >= 0, &waker);
 	return 0;
 }
 
