@@ -427,8 +427,7 @@ fn bench_task(args: &[String]) -> Result<()> {
     }
     report.push_str(&bench::run(&root(), smoke, rounds, &tracers)?);
     if tracers.len() < all.len() {
-        println!("{report}");
-        return Ok(());
+        return write_report(&report, smoke);
     }
     let (cpu, rss, ready) = bench::daemon_load(&root(), 100_000, if smoke { 2 } else { 10 })?;
     report.push_str(&format!(
@@ -441,10 +440,16 @@ fn bench_task(args: &[String]) -> Result<()> {
     if !smoke {
         report.push_str(&bench::scaling(&root())?);
     }
+    write_report(&report, smoke)
+}
+
+/// Prints the bench's report and keeps it in target/bench (a run of a
+/// subset of the tracers too: it is the one the next look will want).
+fn write_report(report: &str, smoke: bool) -> Result<()> {
     let dir = root().join("target/bench");
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(if smoke { "report-smoke.md" } else { "report.md" });
-    std::fs::write(&path, &report)?;
+    std::fs::write(&path, report)?;
     println!("{report}");
     eprintln!("written to {}", path.display());
     Ok(())
