@@ -25,16 +25,11 @@ static __always_inline void read_comm(char dst[SP_COMM_LEN], const struct task_s
 	bpf_probe_read_kernel_str(dst, SP_COMM_LEN, task->comm);
 }
 
-/* The caller's cgroup as events and statistics key it: only with workloads on. */
-static __always_inline __u64 workload_of(const struct probe_config *cfg)
-{
-	return cfg->workload_cgroups ? bpf_get_current_cgroup_id() : 0;
-}
-
-/* The same for the current task at hand: with the task as a BTF pointer,
- * the id the helper returns (task->cgroups->dfl_cgrp->kn->id) read with
- * plain loads, no helper call. */
-static __always_inline __u64 workload_of_task(const struct probe_config *cfg, struct task_struct *task)
+/* The caller's cgroup as events and statistics key it: only with workloads
+ * on. task: the current task. With the task as a BTF pointer, the id
+ * bpf_get_current_cgroup_id returns (task->cgroups->dfl_cgrp->kn->id) is
+ * read with plain loads, no helper call; else that helper. */
+static __always_inline __u64 workload_of(const struct probe_config *cfg, struct task_struct *task)
 {
 	if (!cfg->workload_cgroups)
 		return 0;

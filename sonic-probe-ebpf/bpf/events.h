@@ -93,8 +93,10 @@ static __always_inline void emit_call(const struct probe_config *cfg, struct tas
 	}
 }
 
+/* cgroup: workload_of() of the current task. */
 static __always_inline void emit_process(const struct probe_config *cfg, __u32 kind, __u64 pid_tgid,
-					 __u32 parent_tgid, int exit_code, const struct task_struct *named)
+					 __u32 parent_tgid, int exit_code, const struct task_struct *named,
+					 __u64 cgroup)
 {
 	count(SP_COUNTER_EVENTS_SENT);
 	struct process_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
@@ -102,15 +104,16 @@ static __always_inline void emit_process(const struct probe_config *cfg, __u32 k
 		count(SP_COUNTER_DROP_RINGBUF);
 		return;
 	}
-	fill_header(&ev->header, kind, pid_tgid, bpf_ktime_get_ns(), workload_of(cfg));
+	fill_header(&ev->header, kind, pid_tgid, bpf_ktime_get_ns(), cgroup);
 	ev->parent_tgid = parent_tgid;
 	ev->exit_code = exit_code;
 	read_comm((char *)ev->comm, named);
 	bpf_ringbuf_submit(ev, submit_flags(cfg));
 }
 
-static __always_inline void emit_file_close(const struct probe_config *cfg, __u64 pid_tgid, __u32 fd,
-					    const struct open_file *of)
+/* cgroup: the closing call's statistics key has it at hand. */
+static __always_inline void emit_file_close(const struct probe_config *cfg, __u64 pid_tgid, __u64 cgroup,
+					    __u32 fd, const struct open_file *of)
 {
 	count(SP_COUNTER_EVENTS_SENT);
 	struct file_close_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
@@ -118,7 +121,7 @@ static __always_inline void emit_file_close(const struct probe_config *cfg, __u6
 		count(SP_COUNTER_DROP_RINGBUF);
 		return;
 	}
-	fill_header(&ev->header, SP_EVENT_FILE_CLOSE, pid_tgid, bpf_ktime_get_ns(), workload_of(cfg));
+	fill_header(&ev->header, SP_EVENT_FILE_CLOSE, pid_tgid, bpf_ktime_get_ns(), cgroup);
 	ev->fd = fd;
 	ev->_pad = 0;
 	ev->file = *of;

@@ -146,7 +146,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	__u32 tgid = c.pid_tgid >> 32;
 	bool failed = ret < 0 && ret >= -4095;
 
-	struct stats_key key = { .syscall = idx, .cgroup = workload_of_task(cfg, task) };
+	struct stats_key key = { .syscall = idx, .cgroup = workload_of(cfg, task) };
 	{
 		struct task_struct *leader = KREAD(task, group_leader);
 		KREAD_COMM(key.comm, leader);
@@ -191,7 +191,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 			describe_file(&c, of);
 			/* Only what was read through it matters to the daemon. */
 			if (of->opened_ns && of->reads && S_ISREG(of->mode))
-				emit_file_close(cfg, c.pid_tgid, fk.fd, of);
+				emit_file_close(cfg, c.pid_tgid, key.cgroup, fk.fd, of);
 			bpf_map_delete_elem(&open_files, &fk);
 		}
 	}
@@ -258,7 +258,8 @@ int BPF_PROG(sched_process_fork, struct task_struct *parent, struct task_struct 
 		if (cflags && bpf_map_update_elem(&target_processes, &ctgid, &cflags, BPF_ANY))
 			count(SP_COUNTER_DROP_TARGET);
 	}
-	emit_process(cfg, SP_EVENT_PROCESS_FORK, ((__u64)ctgid << 32) | (__u32)child->pid, ptgid, 0, child);
+	emit_process(cfg, SP_EVENT_PROCESS_FORK, ((__u64)ctgid << 32) | (__u32)child->pid, ptgid, 0, child,
+		     workload_of(cfg, parent));
 	return 0;
 }
 
@@ -285,7 +286,8 @@ int BPF_PROG(sched_process_exec, struct task_struct *p, pid_t old_pid, struct li
 
 	struct probe_config *cfg = get_config();
 	if (cfg && is_target(cfg, tgid))
-		emit_process(cfg, SP_EVENT_PROCESS_EXEC, bpf_get_current_pid_tgid(), p->real_parent->tgid, 0, p);
+		emit_process(cfg, SP_EVENT_PROCESS_EXEC, bpf_get_current_pid_tgid(), p->real_parent->tgid, 0, p,
+			     workload_of(cfg, p));
 	return 0;
 }
 
@@ -311,6 +313,6 @@ int BPF_PROG(sched_process_exit, struct task_struct *p)
 	bpf_map_delete_elem(&target_processes, &tgid);
 	if (traced)
 		emit_process(cfg, SP_EVENT_PROCESS_EXIT, bpf_get_current_pid_tgid(), p->real_parent->tgid,
-			     p->exit_code, p->group_leader);
+			     p->exit_code, p->group_leader, workload_of(cfg, p));
 	return 0;
 }

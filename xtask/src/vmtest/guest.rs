@@ -75,11 +75,10 @@ pub struct Outcome {
 
 /// The kernel stopped making progress.
 struct Lockup {
-    /// The first console line that said so.
-    first: String,
     /// The test then running.
     during: String,
-    /// The console lines that followed (its backtraces).
+    /// The console line that said so, then those that followed (its
+    /// backtraces).
     lines: Vec<String>,
 }
 
@@ -222,8 +221,7 @@ pub fn boot(kernel: &Kernel, initramfs: &Path, timeout: Duration, mode: Mode) ->
                 "\nvmtest: the guest kernel stopped making progress during {during}; stopping it in {} s",
                 LOCKUP_GRACE.as_secs()
             );
-            outcome.lockup =
-                Some(Lockup { first: line.trim().to_string(), during, lines: vec![line.clone()] });
+            outcome.lockup = Some(Lockup { during, lines: vec![line.clone()] });
             deadline = deadline.min(at + LOCKUP_GRACE);
         }
         // The command's output, up to its exit status (a line of output
@@ -373,7 +371,8 @@ impl Outcome {
         if let Some(t) = self.timed_out {
             why.push(format!("the guest did not finish within {} s", t.as_secs()));
         }
-        if let Some(Lockup { first, during, .. }) = &self.lockup {
+        if let Some(Lockup { during, lines }) = &self.lockup {
+            let first = lines.first().map_or("", |l| l.trim());
             why.push(format!("the guest kernel stopped making progress during {during}: {first:?}"));
         }
         if self.silent {
@@ -540,7 +539,7 @@ mod tests {
     fn a_lockup_fails_the_run_and_names_the_test() {
         let mut o = outcome(&[("core::a", "ok"), ("core::b", "unfinished")], &[]);
         let first = "[  99.1] watchdog: BUG: soft lockup - CPU#1 stuck for 22s! [sonic-probe:321]";
-        o.lockup = Some(Lockup { first: first.into(), during: "core::b".into(), lines: vec![first.into()] });
+        o.lockup = Some(Lockup { during: "core::b".into(), lines: vec![first.into()] });
         let e = judge(&o).unwrap_err().to_string();
         assert!(e.contains("stopped making progress during core::b") && e.contains("soft lockup"), "{e}");
         assert!(LOCKUP_SIGNS.iter().any(|sign| first.contains(sign)));
