@@ -174,12 +174,22 @@ shared_struct! {
         /// Histogram of the size argument, see SIZE_BUCKETS (syscalls with a
         /// size_arg).
         pub size: [u64; 18],
+        /// The errno of this CPU's first failed call of the key (0: none
+        /// yet). Its failures are counted here, in `first_errno_calls`, not
+        /// in syscall_errors: most keys fail with one errno (a futex wait's
+        /// EAGAIN, openat's ENOENT), which then costs no second map lookup.
+        /// Per CPU: the daemon turns each CPU's pair into an error count
+        /// before it sums the CPUs.
+        pub first_errno: u64,
+        /// Failed calls with `first_errno`.
+        pub first_errno_calls: u64,
     }
 }
 
 shared_struct! {
     /// Key of syscall_errors (value: a per-CPU u64 count), per process
-    /// name like StatsKey.
+    /// name like StatsKey: the failures a statistics entry does not count
+    /// itself (SyscallStats::first_errno).
     pub struct ErrorKey as "error_key" {
         /// Syscall index.
         pub syscall: u16,
@@ -404,7 +414,7 @@ const _: () = assert!(core::mem::size_of::<SyscallEvent>() == 192);
 const _: () = assert!(core::mem::size_of::<SyscallPathEvent>() == 192 + PATH_CAP);
 const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 56);
 const _: () = assert!(core::mem::size_of::<FutexWakeRing>() == 8 + 40 * FUTEX_WAKE_SLOTS as usize);
-const _: () = assert!(core::mem::size_of::<SyscallStats>() == 8 * (5 + LATENCY_BUCKETS + SIZE_BUCKETS));
+const _: () = assert!(core::mem::size_of::<SyscallStats>() == 8 * (7 + LATENCY_BUCKETS + SIZE_BUCKETS));
 const _: () = assert!(core::mem::size_of::<StatsKey>() == 32);
 const _: () = assert!(core::mem::size_of::<ErrorKey>() == 32);
 const _: () = assert!(core::mem::size_of::<ThreadState>() == 112 + 8 * STATS_SLOT_CACHE as usize + PATH_CAP);

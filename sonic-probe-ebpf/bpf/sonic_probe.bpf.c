@@ -201,8 +201,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	else if (vkind == SP_VARIANT_FILE_CLASS)
 		key.variant = c.file_class;
 
-	add_stats(st, &key, &sample);
-	if (failed)
+	if (!add_stats(st, &key, &sample, ret) && failed)
 		add_error(&key, ret);
 
 	if (cfg->trace_mask & (1u << idx))

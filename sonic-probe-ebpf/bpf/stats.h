@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: (MIT OR GPL-2.0) */
 /*
- * Exact aggregation: every traced call lands in its statistics (and every
- * failure in syscall_errors) under its process name and (with workloads on)
- * its cgroup, per CPU. The first few hundred keys get a slot of a per-CPU
+ * Exact aggregation: every traced call lands in its statistics under its
+ * process name and (with workloads on) its cgroup, per CPU; a failure with
+ * the errno its entry counts on that CPU (the first it saw) there too,
+ * other failures in syscall_errors. The first few hundred keys get a slot of a per-CPU
  * array (stats_slots; stats_index gives each key its slot once, and each
  * thread caches the slots it uses), so their calls pay no hash lookup;
  * later keys count in the per-CPU hash syscall_stats. When that is full
@@ -149,17 +150,31 @@ static __always_inline struct syscall_stats *stats_of(struct thread_state *st, c
 	return s;
 }
 
-static __always_inline void add_stats(struct thread_state *st, const struct stats_key *key,
-				      const struct call_sample *c)
+/* Adds a finished call (that returned ret) to its statistics. Returns
+ * whether its failure (if it failed) is counted there too: with the errno
+ * the entry counts on this CPU (its first), so that syscall_errors needs
+ * no lookup. */
+static __always_inline bool add_stats(struct thread_state *st, const struct stats_key *key,
+				      const struct call_sample *c, long ret)
 {
 	struct syscall_stats *s = stats_of(st, key);
+	bool failure_counted = false;
 
 	if (!s)
-		return;
+		return false;
 	s->total_ns += c->duration_ns;
 	s->bytes += c->bytes;
-	if (c->failed)
+	if (c->failed) {
 		s->errors += 1;
+		__u64 errno = (__u16)(-ret);
+
+		if (!s->first_errno)
+			s->first_errno = errno;
+		if (s->first_errno == errno) {
+			s->first_errno_calls += 1;
+			failure_counted = true;
+		}
+	}
 	if (c->small)
 		s->small += 1;
 	__u32 b = latency_bucket(c->duration_ns);
@@ -171,6 +186,7 @@ static __always_inline void add_stats(struct thread_state *st, const struct stat
 		if (b < SP_SIZE_BUCKETS)
 			s->size[b] += 1;
 	}
+	return failure_counted;
 }
 
 static __always_inline void add_error(const struct stats_key *skey, long ret)

@@ -170,16 +170,22 @@ impl StatsStore {
         };
         // Keys with a slot, then the rest (a key can be in both: a thread
         // that lost the race for its slot counted in the hash meanwhile;
-        // the aggregator adds them up).
-        let mut stats: Vec<(StatsKey, SyscallStats)> = self
-            .maps
-            .index
-            .iter()
-            .filter_map(|r| r.ok())
-            .filter_map(|(key, slot)| Some((key, sum(&self.maps.slots.get(&slot, 0).ok()?))))
-            .collect();
-        stats.extend(read_summed(&self.maps.stats, sum));
-        let errors = read_summed(&self.maps.errors, |vals: &[u64]| vals.iter().sum());
+        // the aggregator adds them up). Each CPU's failures an entry
+        // counted itself join syscall_errors' before the CPUs are summed.
+        let mut errors = read_summed(&self.maps.errors, |vals: &[u64]| vals.iter().sum());
+        let mut stats: Vec<(StatsKey, SyscallStats)> = Vec::new();
+        let mut add = |key: StatsKey, vals: &[SyscallStats]| {
+            errors.extend(failures_counted_in(&key, vals));
+            stats.push((key, sum(vals)));
+        };
+        for (key, slot) in self.maps.index.iter().filter_map(|r| r.ok()) {
+            if let Ok(vals) = self.maps.slots.get(&slot, 0) {
+                add(key, &vals);
+            }
+        }
+        for (key, vals) in self.maps.stats.iter().filter_map(|r| r.ok()) {
+            add(key, &vals);
+        }
         self.aggregator.snapshot(&stats, &errors)
     }
 
@@ -217,6 +223,25 @@ pub struct MapEntries {
     pub errors: usize,
 }
 
+/// The failures a statistics entry counted itself, one CPU's values each
+/// (SyscallStats::first_errno), as syscall_errors entries would count them.
+fn failures_counted_in<'a>(
+    key: &'a StatsKey,
+    per_cpu: &'a [SyscallStats],
+) -> impl Iterator<Item = (ErrorKey, u64)> + 'a {
+    per_cpu.iter().filter(|v| v.first_errno != 0 && v.first_errno_calls != 0).map(move |v| {
+        let errno = u16::try_from(v.first_errno).unwrap_or(u16::MAX);
+        let ek = ErrorKey {
+            syscall: key.syscall,
+            errno,
+            comm: key.comm,
+            cgroup: key.cgroup,
+            ..ErrorKey::zeroed()
+        };
+        (ek, v.first_errno_calls)
+    })
+}
+
 fn read_summed<K: Pod, V: Pod, T>(
     map: &PerCpuHashMap<MapData, K, V>,
     sum: impl Fn(&[V]) -> T,
@@ -251,6 +276,37 @@ mod tests {
         s.bytes = bytes;
         s.total_ns = calls * 5000;
         s
+    }
+
+    #[test]
+    fn failures_an_entry_counted_itself_become_error_counts_per_cpu() {
+        // CPU 0 saw EAGAIN first, CPU 1 ETIMEDOUT, CPU 2 no failure: each
+        // CPU's pair is its own (summing the errnos would be nonsense).
+        let k = StatsKey { cgroup: 9, ..key("python3", READ) };
+        let mut cpus = [SyscallStats::zeroed(); 3];
+        (cpus[0].first_errno, cpus[0].first_errno_calls) = (11, 4);
+        (cpus[1].first_errno, cpus[1].first_errno_calls) = (110, 2);
+        let got: Vec<(u16, u64)> = failures_counted_in(&k, &cpus)
+            .inspect(|(ek, _)| {
+                assert_eq!((ek.syscall, ek.comm, ek.cgroup), (READ, comm_bytes("python3"), 9));
+            })
+            .map(|(ek, n)| (ek.errno, n))
+            .collect();
+        assert_eq!(got, [(11, 4), (110, 2)]);
+        // ...and the aggregator adds them to the hash's counts of the same errno.
+        let errors: Vec<(ErrorKey, u64)> = failures_counted_in(&k, &cpus)
+            .chain([(
+                ErrorKey { syscall: READ, errno: 11, comm: k.comm, cgroup: 9, ..ErrorKey::zeroed() },
+                1,
+            )])
+            .collect();
+        let snap = aggregator(10).snapshot(&[], &errors);
+        let eagain = snap.errors.iter().find(|((_, _, e), _)| *e == 11).map(|(_, n)| *n);
+        assert_eq!(eagain, Some(5));
+        // The summed statistics carry no errno.
+        let mut total = SyscallStats::zeroed();
+        cpus.iter().for_each(|c| add_stats(&mut total, c));
+        assert_eq!((total.first_errno, total.first_errno_calls), (0, 0));
     }
 
     #[test]
