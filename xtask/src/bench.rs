@@ -210,6 +210,24 @@ fn kernel_iterations(smoke: bool) -> u64 {
     }
 }
 
+/// Kernel-side samples per call, tracer and round, the calls interleaved
+/// (read futex ... getppid, read futex ...): the round keeps their median,
+/// so that a burst of the neighbours' activity during one sample (it
+/// lasts a fraction of a second) does not become the round's figure.
+fn kernel_repeats(smoke: bool) -> usize {
+    if smoke {
+        1
+    } else {
+        3
+    }
+}
+
+/// The sample of median per-call cost (enter and exit kept together).
+fn median_sample(mut v: Vec<KernelSample>) -> Option<KernelSample> {
+    v.sort_by(|a, b| a.per_call().total_cmp(&b.per_call()));
+    v.get(v.len() / 2).copied()
+}
+
 /// The bpftrace equivalent of sonic-probe run's counting: a latency
 /// histogram per traced syscall, on the same raw tracepoints.
 const BPFTRACE: &str = r#"
@@ -874,7 +892,8 @@ impl Drop for NoiseMix {
 /// one per round, in round order.
 type Samples = BTreeMap<Tracer, BTreeMap<String, Vec<f64>>>;
 
-/// Per tracer, per call: the kernel-side samples, one per round.
+/// Per tracer, per call: the kernel-side samples, one per round (the
+/// median of its kernel_repeats).
 type KernelSamples = BTreeMap<Tracer, BTreeMap<String, Vec<KernelSample>>>;
 
 /// What a run measured besides the samples.
@@ -952,13 +971,20 @@ pub fn run(root: &Path, smoke: bool, rounds: usize, tracers: &[Tracer]) -> Resul
             }
             if t.kernel_side() {
                 let on = bpfstats::enable()?;
-                for call in CALLS {
-                    let k = b
-                        .run_kernel(t, programs.as_ref(), call, kernel_iterations(smoke))
-                        .with_context(|| format!("kernel-side {call} under {}", t.name()))?;
-                    extra.kernel.entry(t).or_default().entry(call.to_string()).or_default().push(k);
+                let mut repeats: BTreeMap<&str, Vec<KernelSample>> = BTreeMap::new();
+                for _ in 0..kernel_repeats(smoke) {
+                    for call in CALLS {
+                        let k = b
+                            .run_kernel(t, programs.as_ref(), call, kernel_iterations(smoke))
+                            .with_context(|| format!("kernel-side {call} under {}", t.name()))?;
+                        repeats.entry(call).or_default().push(k);
+                    }
                 }
                 drop(on);
+                for (call, v) in repeats {
+                    let k = median_sample(v).expect("at least one repeat");
+                    extra.kernel.entry(t).or_default().entry(call.to_string()).or_default().push(k);
+                }
             }
             drop(attached);
             let wall = samples.get(&t).map(|s| format!("read {:>6.0} ns", s["read"].last().unwrap()));
@@ -1085,11 +1111,13 @@ fn kernel_report(out: &mut String, extra: &Extra, tracers: &[Tracer], rounds: us
     let _ = writeln!(
         out,
         "ns the kernel spent in the tracer's sys_enter plus sys_exit programs per call (run_time_ns / \
-         run_cnt of each, BPF_ENABLE_STATS on only for these runs; {} iterations per sample). The \
-         statistics' own clock reads are in every figure alike (the floor's figure is mostly them); \
-         the scheduler and the neighbours are not. openat and mmap are the mean of the pair \
-         (openat+close, mmap+munmap), getppid is an untraced call (the programs return at once).\n",
-        kernel_iterations(smoke)
+         run_cnt of each, BPF_ENABLE_STATS on only for these runs; {} iterations per sample, a round's \
+         figure the median of its {} samples, the calls interleaved). The statistics' own clock \
+         reads are in every figure alike (the floor's figure is mostly them); the scheduler and \
+         the neighbours are not. openat and mmap are the mean of the pair (openat+close, \
+         mmap+munmap), getppid is an untraced call (the programs return at once).\n",
+        kernel_iterations(smoke),
+        kernel_repeats(smoke)
     );
     let _ = writeln!(out, "| tracer | {} |\n|---|{}", CALLS.join(" | "), "---|".repeat(CALLS.len()));
     for &t in &measured {
@@ -1667,6 +1695,16 @@ pub fn scaling(root: &Path) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_round_keeps_the_median_sample_whole() {
+        let k = |enter: f64, exit: f64| KernelSample { enter, exit, background: 0.0 };
+        // A burst in one sample (the 900) is not the round's figure, and
+        // the median's enter and exit stay those of one sample.
+        let m = median_sample(vec![k(200.0, 900.0), k(190.0, 210.0), k(180.0, 240.0)]).unwrap();
+        assert_eq!((m.enter, m.exit), (180.0, 240.0));
+        assert!(median_sample(Vec::new()).is_none());
+    }
 
     #[test]
     fn a_non_positive_denominator_is_not_a_number() {
