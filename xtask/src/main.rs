@@ -200,7 +200,8 @@ fn test() -> Result<()> {
     bench_task(&["--smoke".to_string()])?;
     // The fuzz targets, 30 s each.
     fuzz::run(&[])?;
-    // Other kernels: Debian's 5.10, 6.1 and 6.12 in qemu, one after the other.
+    // Other kernels: Debian's 5.10, 6.1 and 6.12 in qemu, as many at a time
+    // as the machine has CPUs.
     vmtest::run(&["--kernel".to_string(), "all".to_string()])
 }
 

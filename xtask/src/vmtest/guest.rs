@@ -82,9 +82,21 @@ struct Lockup {
     lines: Vec<String>,
 }
 
-/// Boots the guest, streams its console (the whole console for the tests,
-/// the command's output for a command) and saves it, and reads the markers.
-pub fn boot(kernel: &Kernel, initramfs: &Path, timeout: Duration, mode: Mode) -> Result<Outcome> {
+/// How the console reaches the terminal while the tests run (a command's
+/// output is printed as it comes, whatever this says).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Echo {
+    /// Every byte at once: one guest at a time.
+    Raw,
+    /// Whole lines, each after this prefix: guests booted side by side.
+    Lines(String),
+    /// Not at all.
+    Off,
+}
+
+/// Boots the guest, streams its console (as `echo` says for the tests, the
+/// command's output for a command) and saves it, and reads the markers.
+pub fn boot(kernel: &Kernel, initramfs: &Path, timeout: Duration, mode: Mode, echo: Echo) -> Result<Outcome> {
     let log_path = dir().join(format!("serial-{}.log", kernel.spec.version));
     let mut log = File::create(&log_path).with_context(|| format!("cannot create {}", log_path.display()))?;
     let args: Vec<String> = [
@@ -133,9 +145,10 @@ pub fn boot(kernel: &Kernel, initramfs: &Path, timeout: Duration, mode: Mode) ->
         .context("cannot run qemu-system-x86_64")?;
     let mut stdout = qemu.stdout.take().expect("piped");
 
-    // The reader thread saves every line, echoes every byte at once when
-    // running the tests, and hands over whole lines.
-    let echo = mode == Mode::Tests;
+    // The reader thread saves every line, echoes the console while the
+    // tests run (every byte at once, or whole prefixed lines), and hands
+    // over whole lines.
+    let echo = if mode == Mode::Tests { echo } else { Echo::Off };
     let (tx, rx) = mpsc::channel::<(String, Instant)>();
     let reader = std::thread::spawn(move || -> std::io::Result<()> {
         let mut buf = [0u8; 4096];
@@ -146,7 +159,7 @@ pub fn boot(kernel: &Kernel, initramfs: &Path, timeout: Duration, mode: Mode) ->
             if n == 0 {
                 break;
             }
-            if echo {
+            if echo == Echo::Raw {
                 let mut t = term.lock();
                 t.write_all(&buf[..n])?;
                 t.flush()?;
@@ -157,6 +170,12 @@ pub fn boot(kernel: &Kernel, initramfs: &Path, timeout: Duration, mode: Mode) ->
                     b'\n' => {
                         line.push(b'\n');
                         log.write_all(&line)?;
+                        if let Echo::Lines(prefix) = &echo {
+                            let mut t = term.lock();
+                            t.write_all(prefix.as_bytes())?;
+                            t.write_all(&line)?;
+                            t.flush()?;
+                        }
                         line.pop();
                         let _ = tx.send((String::from_utf8_lossy(&line).into_owned(), Instant::now()));
                         line.clear();
@@ -218,7 +237,8 @@ pub fn boot(kernel: &Kernel, initramfs: &Path, timeout: Duration, mode: Mode) ->
         } else if LOCKUP_SIGNS.iter().any(|sign| line.contains(sign)) {
             let during = running.as_ref().map_or_else(|| "between tests".to_string(), |(n, _, _)| n.clone());
             eprintln!(
-                "\nvmtest: the guest kernel stopped making progress during {during}; stopping it in {} s",
+                "\nvmtest {}: the guest kernel stopped making progress during {during}; stopping it in {} s",
+                kernel.spec.version,
                 LOCKUP_GRACE.as_secs()
             );
             outcome.lockup = Some(Lockup { during, lines: vec![line.clone()] });

@@ -29,8 +29,11 @@
 //! to target/vmtest/serial-VERSION.log; a missing result line, a failed,
 //! flaky or missing test, a kernel warning or oops while the tests ran, or
 //! the timeout fail the kernel. `--kernel all` (the default) boots the
-//! kernels one after the other with the same initramfs and fails if any
-//! failed.
+//! kernels with the same initramfs and fails if any failed: side by side,
+//! as many at a time as the host has CPUs (each guest keeps one host
+//! thread busy) or `--jobs N`, each console line then prefixed with its
+//! kernel (`[6.1] `) and the summaries printed when all are done; one
+//! after the other with `--jobs 1`, the console as it comes.
 //!
 //! `-- COMMAND [ARGS...]` boots the kernel(s) to run COMMAND instead of the
 //! tests, with sonic-probe, sp-workload and sp-bench on PATH next to the
@@ -88,8 +91,9 @@
 //!
 //! Time, boot to power-off for the 39 tests (38 when measured), on this project's 2-core
 //! machine with the guest's binaries at opt-level 1 and TCG in one thread
-//! (guest.rs says why): 5.10 426-469 s, 6.1 511 s, 6.12 349 s (5.10 took
-//! 912 s unoptimized). The boot itself takes about 5 s; a
+//! (guest.rs says why): 5.10 426-496 s, 6.1 511-614 s, 6.12 349-614 s
+//! (5.10 took 912 s unoptimized); two at a time on its 2 CPUs, the three
+//! take as long as the two longest one after the other. The boot itself takes about 5 s; a
 //! first run adds the kernels' download (seconds) and the static build
 //! (minutes).
 
@@ -100,6 +104,10 @@ mod kernel;
 
 use std::{
     path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Mutex,
+    },
     time::{Duration, Instant},
 };
 
@@ -225,7 +233,7 @@ const ALLOWED_FLAKY: &[(&str, &str)] = &[
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1200);
 
 const USAGE: &str = "usage: cargo xtask vmtest [--kernel 5.10|6.1|6.12|all] [--env NAME=VALUE]... \
-                     [--timeout SECS] [--only TEST,...] [-- COMMAND [ARGS...]]";
+                     [--timeout SECS] [--only TEST,...] [--jobs N] [-- COMMAND [ARGS...]]";
 
 #[derive(Debug)]
 struct Options {
@@ -236,6 +244,8 @@ struct Options {
     env: Vec<(String, String)>,
     /// Run this in the guest instead of the tests.
     command: Option<Vec<String>>,
+    /// Guests running the tests at once (None: one per host CPU).
+    jobs: Option<usize>,
 }
 
 /// What the guest runs.
@@ -258,6 +268,7 @@ fn parse_args(args: &[String]) -> Result<Options> {
         only: None,
         env: Vec::new(),
         command: None,
+        jobs: None,
     };
     // An option's value; a missing one, or the next option taken for it, is an error.
     fn value<'a>(it: &mut std::slice::Iter<'a, String>, opt: &str, what: &str) -> Result<&'a str> {
@@ -288,6 +299,15 @@ fn parse_args(args: &[String]) -> Result<Options> {
                     .with_context(|| format!("vmtest: --timeout {v}: not a number of seconds"))?;
                 opts.timeout = Duration::from_secs(secs);
             }
+            "--jobs" => {
+                let v = value(&mut it, "--jobs", "a number of guests")?;
+                let n: usize = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .with_context(|| format!("vmtest: --jobs {v}: not a number of guests (1 or more)"))?;
+                opts.jobs = Some(n);
+            }
             "--only" => {
                 let v = value(&mut it, "--only", "test names (TEST[,TEST...])")?;
                 opts.only = Some(v.split(',').map(str::to_string).collect());
@@ -304,6 +324,9 @@ fn parse_args(args: &[String]) -> Result<Options> {
     }
     if opts.command.is_some() && opts.only.is_some() {
         bail!("vmtest: --only picks tests, and `-- COMMAND` runs a command instead of them: not both");
+    }
+    if opts.command.is_some() && opts.jobs.is_some() {
+        bail!("vmtest: --jobs runs the tests side by side; a command runs on one kernel after the other");
     }
     Ok(opts)
 }
@@ -349,17 +372,35 @@ pub fn run(args: &[String]) -> Result<()> {
         .context("cannot write the initramfs")?;
     let prepared = started.elapsed();
 
+    let jobs = match mode {
+        // A command's output is printed as it comes: one guest at a time.
+        Mode::Command => 1,
+        Mode::Tests => opts.jobs.unwrap_or_else(host_cpus),
+    }
+    .clamp(1, kernels.len().max(1));
     let mut runs = Vec::new();
-    for k in &kernels {
-        let booted = Instant::now();
-        let outcome = guest::boot(k, &initramfs, opts.timeout, mode)?;
-        let took = booted.elapsed();
-        if mode == Mode::Tests {
-            outcome.print_summary(k, took);
-        } else {
-            outcome.print_command_status(k, took);
+    if jobs == 1 {
+        for k in &kernels {
+            let booted = Instant::now();
+            let outcome = guest::boot(k, &initramfs, opts.timeout, mode, guest::Echo::Raw)?;
+            let took = booted.elapsed();
+            if mode == Mode::Tests {
+                outcome.print_summary(k, took);
+            } else {
+                outcome.print_command_status(k, took);
+            }
+            runs.push((k, outcome, took));
         }
-        runs.push((k, outcome, took));
+    } else {
+        eprintln!(
+            "== vmtest: {} kernels, {jobs} at a time; each console line prefixed with its kernel",
+            kernels.len()
+        );
+        for (k, outcome) in kernels.iter().zip(side_by_side(&kernels, &initramfs, opts.timeout, jobs)) {
+            let (outcome, took) = outcome?;
+            outcome.print_summary(k, took);
+            runs.push((k, outcome, took));
+        }
     }
 
     eprintln!("\n== vmtest: {} kernel(s)", runs.len());
@@ -404,6 +445,39 @@ pub fn run(args: &[String]) -> Result<()> {
         std::process::exit(status);
     }
     Ok(())
+}
+
+/// The host's CPUs: each guest keeps one of them busy (TCG in one thread).
+fn host_cpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// A guest's outcome and how long it ran, boot to power-off.
+type Run = Result<(guest::Outcome, Duration)>;
+
+/// Boots the kernels' guests `jobs` at a time, each with its console lines
+/// prefixed by its kernel version; the outcomes in the kernels' order.
+fn side_by_side(kernels: &[kernel::Kernel], initramfs: &Path, timeout: Duration, jobs: usize) -> Vec<Run> {
+    let next = AtomicUsize::new(0);
+    let done: Mutex<Vec<Option<Run>>> = Mutex::new(kernels.iter().map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(k) = kernels.get(i) else { break };
+                let booted = Instant::now();
+                let echo = guest::Echo::Lines(format!("[{}] ", k.spec.version));
+                let outcome =
+                    guest::boot(k, initramfs, timeout, Mode::Tests, echo).map(|o| (o, booted.elapsed()));
+                done.lock().expect("no worker panics holding it")[i] = Some(outcome);
+            });
+        }
+    });
+    done.into_inner()
+        .expect("no worker panicked holding it")
+        .into_iter()
+        .map(|o| o.unwrap_or_else(|| Err(anyhow::anyhow!("the guest was never booted"))))
+        .collect()
 }
 
 fn dir() -> PathBuf {
@@ -463,6 +537,8 @@ mod tests {
         assert_eq!(versions(parse(&["--kernel", "all"]).unwrap()), ["5.10", "6.1", "6.12"]);
         assert_eq!(versions(parse(&["--kernel", "6.1"]).unwrap()), ["6.1"]);
         assert_eq!(versions(parse(&["--kernel", "6.12,5.10"]).unwrap()), ["5.10", "6.12"]);
+        assert_eq!(parse(&[]).unwrap().jobs, None);
+        assert_eq!(parse(&["--jobs", "1"]).unwrap().jobs, Some(1));
     }
 
     #[test]
@@ -479,6 +555,10 @@ mod tests {
             (&["--timeout", "soon"], "not a number of seconds"),
             (&["--bogus"], "unknown argument \"--bogus\""),
             (&["--only", "http_endpoints", "--", "true"], "not both"),
+            (&["--jobs", "0"], "--jobs 0: not a number of guests"),
+            (&["--jobs", "two"], "--jobs two: not a number of guests"),
+            (&["--jobs"], "--jobs needs a number of guests"),
+            (&["--jobs", "2", "--", "true"], "one kernel after the other"),
         ] {
             let e = err(args);
             assert!(e.contains(says), "{args:?}: {e}");
