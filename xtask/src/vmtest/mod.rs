@@ -292,21 +292,11 @@ fn parse_args(args: &[String]) -> Result<Options> {
             }
             "--timeout" => {
                 let v = value(&mut it, "--timeout", "a number of seconds")?;
-                let secs: u64 = v
-                    .parse()
-                    .ok()
-                    .filter(|s| *s > 0)
-                    .with_context(|| format!("vmtest: --timeout {v}: not a number of seconds"))?;
-                opts.timeout = Duration::from_secs(secs);
+                opts.timeout = Duration::from_secs(positive(v, "--timeout", "a number of seconds")?);
             }
             "--jobs" => {
                 let v = value(&mut it, "--jobs", "a number of guests")?;
-                let n: usize = v
-                    .parse()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .with_context(|| format!("vmtest: --jobs {v}: not a number of guests (1 or more)"))?;
-                opts.jobs = Some(n);
+                opts.jobs = Some(positive(v, "--jobs", "a number of guests (1 or more)")? as usize);
             }
             "--only" => {
                 let v = value(&mut it, "--only", "test names (TEST[,TEST...])")?;
@@ -329,6 +319,11 @@ fn parse_args(args: &[String]) -> Result<Options> {
         bail!("vmtest: --jobs runs the tests side by side; a command runs on one kernel after the other");
     }
     Ok(opts)
+}
+
+/// The value of `opt`, a whole number above 0 (`what` it stands for).
+fn positive(v: &str, opt: &str, what: &str) -> Result<u64> {
+    v.parse().ok().filter(|n| *n > 0).with_context(|| format!("vmtest: {opt} {v}: not {what}"))
 }
 
 /// NAME=VALUE, NAME a shell variable name.
