@@ -153,6 +153,14 @@ shared_consts! {
     pub const MAX_ERROR_ENTRIES: u32 = 8192;
     /// max_entries of open_files (descriptors of watched processes).
     pub const MAX_OPEN_FILES: u32 = 65536;
+    /// Slots of fd_class_cache (a power of 2): what the descriptors that
+    /// are not regular files are (class and inode type), so that a read of
+    /// a socket or pipe costs an array index, not an open_files lookup
+    /// (files.h).
+    pub const FD_CLASS_CACHE_SLOTS: u32 = 16384;
+    /// Descriptors fd_class_cache holds: those below this number (the bits
+    /// a slot's value keeps for it); higher ones are looked up in open_files.
+    pub const FD_CLASS_CACHE_MAX_FD: u32 = 1 << 14;
     /// Recent futex wakes remembered per CPU (a power of two).
     pub const FUTEX_WAKE_SLOTS: u32 = 64;
     /// Most CPUs a long wait's search for its waker looks at.
@@ -189,3 +197,9 @@ pub(crate) fn write_c_constants(out: &mut String) {
     write_consts(out);
     out.push('\n');
 }
+
+// fd_class_cache keeps a descriptor's class in 4 bits and finds its slot by
+// masking a hash (files.h).
+const _: () = assert!(NR_FILE_CLASSES <= 16);
+const _: () = assert!(FD_CLASS_CACHE_SLOTS.is_power_of_two());
+const _: () = assert!(FD_CLASS_CACHE_MAX_FD == 1 << 14);

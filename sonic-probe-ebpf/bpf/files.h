@@ -7,7 +7,9 @@
  * on a descriptor we did not see opened (a row with fd_use Read or
  * Classify) enters it with its inode type only. Calls then cost one lookup
  * to know whether they read a model file, an audio file, a pipe, a socket
- * or talk to a GPU.
+ * or talk to a GPU; for what is not a regular file (most reads of a
+ * server: its sockets and pipes) an array index in fd_class_cache instead
+ * (below).
  *
  * Not seen: descriptors made by dup/dup2/fcntl, inherited across exec or
  * from before attach keep their inode type but no path; close_range() and
@@ -17,8 +19,10 @@
 #pragma once
 
 /* How much of struct inode one read takes: i_mode, i_sb, i_ino and i_rdev
- * lie within its first 80 bytes on the kernels we know. */
-#define SP_INODE_HEAD 128
+ * lie within its first 80 bytes on the kernels we know. Not more: the
+ * buffer is on sys_exit's stack, which 6.1's verifier finds at its limit
+ * (512 bytes with the bpf_loop callback's frame). */
+#define SP_INODE_HEAD 96
 
 /* An inode's type, number and device (and what a device node stands for):
  * one read of the inode's head, the fields taken at the running kernel's
@@ -133,6 +137,86 @@ static __always_inline __u16 class_of_path(const struct thread_state *st)
 	return cls ? (__u16)*cls : SP_FILE_CLASS_OTHER;
 }
 
+/* ---- fd_class_cache (maps.h)
+ *
+ * A slot holds one descriptor that is not a regular file, as one 64-bit
+ * word, so that a load or a store of it is never torn between CPUs:
+ *   bits  0-21  the process (tgid; below 2^22, the kernel's PID_MAX_LIMIT)
+ *   bits 22-35  the descriptor (below FD_CLASS_CACHE_MAX_FD)
+ *   bits 36-55  the generation it was entered in (fd_class_generation)
+ *   bits 56-59  its FILE_CLASS_*
+ *   bits 60-63  its inode type (i_mode >> 12)
+ * It is entered from open_files (or at openat), so it knows no more than
+ * open_files did; close and openat clear it; a process that exec'd or
+ * exited makes the daemon start a new generation (the sweep that deletes
+ * its open_files entries), so a slot is never staler than open_files.
+ * Regular files are not kept: their reads are counted in their open_files
+ * entry anyway. */
+#define SP_FDC_ID_BITS 36
+#define SP_FDC_GEN_MASK ((1ull << 20) - 1)
+
+static __always_inline bool fdc_keeps(__u32 tgid, __u32 fd)
+{
+	return tgid && tgid < (1u << 22) && fd < SP_FD_CLASS_CACHE_MAX_FD;
+}
+
+static __always_inline __u64 fdc_id(__u32 tgid, __u32 fd)
+{
+	return (__u64)tgid | ((__u64)fd << 22);
+}
+
+static __always_inline __u64 *fdc_slot(__u32 tgid, __u32 fd)
+{
+	__u32 h = (tgid * 0x9E3779B1u) ^ (fd * 0x85EBCA6Bu);
+
+	h ^= h >> 16;
+	__u32 i = h & (SP_FD_CLASS_CACHE_SLOTS - 1);
+	return bpf_map_lookup_elem(&fd_class_cache, &i);
+}
+
+/* The current generation of fd_class_cache's slots. */
+static __always_inline __u64 fdc_generation(void)
+{
+	__u32 zero = 0;
+	__u64 *g = bpf_map_lookup_elem(&fd_class_generation, &zero);
+
+	return g ? (*(volatile __u64 *)g & SP_FDC_GEN_MASK) : 0;
+}
+
+/* The class and inode type of descriptor fd of process tgid if the cache
+ * has it (of generation gen). */
+static __always_inline bool fd_class_cached(__u32 tgid, __u32 fd, __u64 gen, __u16 *class, __u16 *mode)
+{
+	if (!fdc_keeps(tgid, fd))
+		return false;
+	__u64 *slot = fdc_slot(tgid, fd);
+	if (!slot)
+		return false;
+	__u64 v = *(volatile __u64 *)slot;
+	if ((v & ((1ull << SP_FDC_ID_BITS) - 1)) != fdc_id(tgid, fd) || ((v >> SP_FDC_ID_BITS) & SP_FDC_GEN_MASK) != gen)
+		return false;
+	*class = (v >> 56) & 0xf;
+	*mode = ((v >> 60) & 0xf) << 12;
+	return true;
+}
+
+/* Keeps what of is (if it is not a regular file), or forgets the slot's
+ * descriptor if it is this one. */
+static __always_inline void fd_class_note(__u32 tgid, __u32 fd, __u64 gen, const struct open_file *of)
+{
+	if (!fdc_keeps(tgid, fd))
+		return;
+	__u64 *slot = fdc_slot(tgid, fd);
+	if (!slot)
+		return;
+	__u64 id = fdc_id(tgid, fd);
+	if (of && !S_ISREG(of->mode) && of->class < 16)
+		*(volatile __u64 *)slot = id | (gen << SP_FDC_ID_BITS) | ((__u64)of->class << 56) |
+					  ((__u64)((of->mode >> 12) & 0xf) << 60);
+	else if ((*(volatile __u64 *)slot & ((1ull << SP_FDC_ID_BITS) - 1)) == id)
+		*(volatile __u64 *)slot = 0;
+}
+
 /* openat returned fd: enter it. */
 static __always_inline void track_open(const struct probe_config *cfg, struct task_struct *task, __u32 tgid,
 				       __u32 fd, const struct thread_state *st, struct open_file *out)
@@ -145,6 +229,9 @@ static __always_inline void track_open(const struct probe_config *cfg, struct ta
 	out->class = S_ISREG(out->mode) ? class_of_path(st) : class_of_device(cfg, rdev);
 	if (bpf_map_update_elem(&open_files, &key, out, BPF_ANY))
 		count(SP_COUNTER_DROP_OPEN_FILES);
+	/* The number may have been another descriptor's (closed by exec or
+	 * close_range, unseen). */
+	fd_class_note(tgid, fd, fdc_generation(), out);
 }
 
 /* The entry of a descriptor, entered now if this is its first sight. */

@@ -149,6 +149,29 @@ struct {
 	__type(value, struct open_file);
 } open_files SEC(".maps");
 
+/* What the descriptors that are not regular files are, one 64-bit word per
+ * slot, indexed by a hash of (process, descriptor): a read of a socket or
+ * a pipe finds its class here with an array index (inlined by the
+ * verifier) instead of an open_files lookup (files.h). A cache: a slot
+ * another descriptor took, or of an older generation, sends the call to
+ * open_files. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SP_FD_CLASS_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} fd_class_cache SEC(".maps");
+
+/* The generation of fd_class_cache's slots: the daemon adds 1 whenever
+ * its sweep of open_files finds a process that exec'd or exited, which
+ * makes every slot stale at once (one entry). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} fd_class_generation SEC(".maps");
+
 /* File-name extension -> FILE_CLASS_*, written by the daemon. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -174,11 +174,20 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	int farg = sp_syscall_fd_arg(idx);
 	int fuse = sp_syscall_fd_use(idx);
 	if ((fuse == SP_FD_READ || fuse == SP_FD_CLASSIFY) && farg >= 0 && farg < 6) {
-		struct open_file *of = lookup_fd(cfg, task, tgid, st->args[farg]);
-		if (of) {
-			if (fuse == SP_FD_READ)
-				account_read(of, sample.size, ret, cfg);
-			describe_file(&c, of);
+		__u32 fd = st->args[farg];
+		/* Read before open_files is: a sweep between the two makes what
+		 * is noted below stale at once. */
+		__u64 gen = fdc_generation();
+		/* From fd_class_cache only the class and type: an event looks the
+		 * rest up below (file_ino stays 0). */
+		if (!fd_class_cached(tgid, fd, gen, &c.file_class, &c.file_mode)) {
+			struct open_file *of = lookup_fd(cfg, task, tgid, fd);
+			if (of) {
+				if (fuse == SP_FD_READ)
+					account_read(of, sample.size, ret, cfg);
+				describe_file(&c, of);
+				fd_class_note(tgid, fd, gen, of);
+			}
 		}
 	} else if (fuse == SP_FD_OPENS && !failed) {
 		struct open_file of = {};
@@ -194,6 +203,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 				emit_file_close(cfg, c.pid_tgid, key.cgroup, fk.fd, of);
 			bpf_map_delete_elem(&open_files, &fk);
 		}
+		fd_class_note(tgid, fk.fd, 0, NULL);
 	}
 	int vkind = sp_syscall_variant(idx);
 	if (vkind == SP_VARIANT_FUTEX_CMD)
@@ -224,7 +234,8 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		futex_waker(cfg, st, idx, ret, tgid, &waker);
 	/* A descriptor that only names the file for the event (mmap's; -1
 	 * for an anonymous mapping). */
-	if (fuse == SP_FD_NAMES && farg >= 0 && farg < 6 && (int)st->args[farg] >= 0) {
+	if ((fuse == SP_FD_NAMES || ((fuse == SP_FD_READ || fuse == SP_FD_CLASSIFY) && !c.file_ino)) && farg >= 0 &&
+	    farg < 6 && (int)st->args[farg] >= 0) {
 		struct open_file *of = lookup_fd(cfg, task, tgid, st->args[farg]);
 		if (of)
 			describe_file(&c, of);

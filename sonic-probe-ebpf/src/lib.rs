@@ -213,6 +213,10 @@ pub mod maps {
     pub const SYSCALL_ERRORS: &str = "syscall_errors";
     pub const COUNTERS: &str = "counters";
     pub const OPEN_FILES: &str = "open_files";
+    /// Its generation (one u64): the daemon starts a new one when its
+    /// sweep finds a process that exec'd or exited (fd_class_cache's slots
+    /// of older generations are not used).
+    pub const FD_CLASS_GENERATION: &str = "fd_class_generation";
     pub const FILE_CLASSES: &str = "file_classes";
     /// Futex waits of targets in progress (with stack captures on).
     pub const FUTEX_WAITING: &str = "futex_waiting";

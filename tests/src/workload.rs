@@ -124,6 +124,39 @@ pub mod io {
     }
 }
 
+/// `sp-workload fdreuse PATH`: descriptor numbers that change what they
+/// are without a traced open in between, the cases the programs' cache of
+/// what descriptors are (fd_class_cache) must not get wrong. PATH (an audio
+/// file, FILE_SIZE bytes) is opened before go, so its path is not seen.
+/// After go:
+/// 1. a pipe's read end is read PIPE_READS times (not_file), closed, and
+///    the file dup2'd onto its number (dup2 is not traced): its FILE_READS
+///    reads are of a regular file whose path was not seen (other);
+/// 2. a second pipe's read end is read PIPE_READS times, closed by
+///    close_range (not traced), and PATH opened onto its number: its
+///    FILE_READS reads are audio.
+pub mod fdreuse {
+    pub const FILE_SIZE: u64 = 16 * 1024;
+    pub const READ_SIZE: u64 = 1024;
+    pub const PIPE_READS: u64 = 20;
+    pub const FILE_READS: u64 = FILE_SIZE / READ_SIZE;
+
+    pub fn assert_counts(m: &crate::Metrics, name: &str) {
+        let reads = |class: &str| {
+            m.get("sonic_probe_read_size_bytes_count", &[("comm", name), ("file_class", class)])
+                .unwrap_or(0.0) as u64
+        };
+        assert_eq!(m.calls("read", name), 2 * PIPE_READS + 2 * FILE_READS);
+        assert_eq!(reads("not_file"), 2 * PIPE_READS, "the pipes' reads");
+        assert_eq!(reads("other"), FILE_READS, "the reads of the file dup2'd onto a pipe's number");
+        assert_eq!(reads("audio"), FILE_READS, "the reads of the file opened onto a pipe's number");
+        assert_eq!(
+            m.get("sonic_probe_read_bytes_total", &[("comm", name)]),
+            Some((2 * PIPE_READS + 2 * FILE_SIZE) as f64)
+        );
+    }
+}
+
 /// `sp-workload spawn THREADS FORKS READS`: threads and forked children
 /// each read /dev/zero READS times (1 KiB each).
 pub mod spawn {

@@ -6,7 +6,7 @@ use std::process::Command;
 use sonic_probe_common::constants::MAX_STATS_SLOTS;
 use sonic_probe_tests::{
     parse_strace_summary, privileged, unique_name,
-    workload::{exact, io, spawn},
+    workload::{exact, fdreuse, io, spawn},
     Daemon, Workload,
 };
 
@@ -436,6 +436,27 @@ fn pread64_write_and_ioctl_counts_are_exact() {
         assert_eq!(m.calls(off, &name), 0, "{off} is not in the default set");
     }
     assert!(m.matching("sonic_probe_write_bytes_total", &[("comm", &name)]).next().is_none());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The programs keep what a socket or pipe descriptor is in a cache
+/// (fd_class_cache); a number that becomes another file, by a close and a
+/// dup2 or by a close_range and an open, is classed by what it is now.
+#[test]
+fn reused_descriptor_numbers_are_classed_by_their_new_file() {
+    if !privileged("reused_descriptor_numbers_are_classed_by_their_new_file") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(unique_name("spfd"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let audio = dir.join("voice.wav");
+    std::fs::write(&audio, vec![3u8; fdreuse::FILE_SIZE as usize]).unwrap();
+    let name = unique_name("spfd");
+    let w = Workload::start(Some(&name), &["fdreuse", audio.to_str().unwrap()]);
+    let d = Daemon::start(&["--pid", &w.pid().to_string()]);
+    assert!(w.go().success());
+    fdreuse::assert_counts(&d.metrics(), &name);
+    assert!(d.stop().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

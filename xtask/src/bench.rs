@@ -213,12 +213,15 @@ fn kernel_iterations(smoke: bool) -> u64 {
 /// Kernel-side samples per call, tracer and round, the calls interleaved
 /// (read futex ... getppid, read futex ...): the round keeps their median,
 /// so that a burst of the neighbours' activity during one sample (it
-/// lasts a fraction of a second) does not become the round's figure.
+/// lasts a fraction of a second) does not become the round's figure. Five:
+/// on a shared 2-vCPU VM single samples of one attach spread by ±15-25 %,
+/// medians of five by ±2-4 % (docs/performance.md), medians of three
+/// left two runs 10 % apart on 3 of 30 figures.
 fn kernel_repeats(smoke: bool) -> usize {
     if smoke {
         1
     } else {
-        3
+        5
     }
 }
 

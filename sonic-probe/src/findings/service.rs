@@ -84,11 +84,14 @@ impl FindingsService {
         let stale = std::mem::take(&mut *self.stale.lock().expect("stale lock"));
         let mut alive: HashMap<u32, bool> = HashMap::new();
         let mut files = self.open_files.lock().expect("open files lock");
-        let gone = files.sweep(|k, v| match stale.get(&k.tgid) {
-            Some(Some(exec_ns)) => v.opened_ns < *exec_ns,
-            Some(None) => true,
-            None => !*alive.entry(k.tgid).or_insert_with(|| procfs::is_alive(k.tgid)),
-        });
+        let gone = files.sweep(
+            |k, v| match stale.get(&k.tgid) {
+                Some(Some(exec_ns)) => v.opened_ns < *exec_ns,
+                Some(None) => true,
+                None => !*alive.entry(k.tgid).or_insert_with(|| procfs::is_alive(k.tgid)),
+            },
+            !stale.is_empty(),
+        );
         let now = monotonic_ns();
         let mut engine = self.engine.lock().expect("engine lock");
         for (k, f) in &gone {

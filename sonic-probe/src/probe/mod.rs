@@ -288,7 +288,9 @@ impl Probe {
     pub fn take_open_files(&mut self) -> Result<OpenFiles, ProbeError> {
         let map: HashMap<MapData, FileKey, OpenFile> =
             HashMap::try_from(take(&mut self.ebpf, maps::OPEN_FILES)?).map_err(map_err(maps::OPEN_FILES))?;
-        Ok(OpenFiles::new(map))
+        let generation = Array::try_from(take(&mut self.ebpf, maps::FD_CLASS_GENERATION)?)
+            .map_err(map_err(maps::FD_CLASS_GENERATION))?;
+        Ok(OpenFiles::new(map, generation))
     }
 
     /// The futex waits in progress (futex_waiting, filled only while

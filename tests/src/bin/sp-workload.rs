@@ -21,6 +21,9 @@
 //!                              names: its own name's first 9 characters,
 //!                              then ".1" to ".K" (more keys than the
 //!                              kernel has statistics slots)
+//!   fdreuse PATH               pipes' descriptor numbers taken over by
+//!                              PATH, by dup2 and by an open after
+//!                              close_range (see workload::fdreuse)
 //!   idle                       nothing after the go signal
 //!
 //! Calls go straight to libc (no allocation, no std I/O) after the go
@@ -28,7 +31,7 @@
 
 use std::ffi::CString;
 
-use sonic_probe_tests::workload::{exact, io};
+use sonic_probe_tests::workload::{exact, fdreuse, io};
 
 static mut BUF: [u8; 4096] = [0; 4096];
 
@@ -207,7 +210,7 @@ fn main() {
         "stall" => (0, 0, 0, num(2)),
         "rename" => (0, 0, num(2), 0),
         "names" => (0, 0, num(2), 0),
-        "exact" | "idle" | "io" => (0, 0, 0, 0),
+        "exact" | "idle" | "io" | "fdreuse" => (0, 0, 0, 0),
         other => die(&format!("unknown mode {other}")),
     };
     let io_path = CString::new(args.get(1).cloned().unwrap_or_default()).unwrap_or_else(|_| die("bad path"));
@@ -239,6 +242,16 @@ fn main() {
         Some((second, CString::new(first_name.trim_end()).unwrap_or_else(|_| die("bad name"))))
     } else {
         None
+    };
+    let reused_file = if mode == "fdreuse" {
+        // SAFETY: valid NUL-terminated path.
+        let fd = unsafe { libc::open(io_path.as_ptr(), libc::O_RDONLY) };
+        if fd < 0 {
+            die(&format!("open {}: {}", args[1], std::io::Error::last_os_error()));
+        }
+        fd
+    } else {
+        -1
     };
     let zero_fd = if matches!(mode.as_str(), "spawn" | "rename" | "names") {
         // SAFETY: valid NUL-terminated path.
@@ -353,6 +366,44 @@ fn main() {
                 libc::ioctl(-1, libc::FIONREAD, &mut n);
             }
             libc::close(fd);
+        },
+        "fdreuse" => unsafe {
+            // A pipe read PIPE_READS times (1 byte each); returns its read end.
+            let read_a_pipe = || {
+                let mut p = [-1; 2];
+                if libc::pipe(p.as_mut_ptr()) != 0 {
+                    die("pipe");
+                }
+                for _ in 0..fdreuse::PIPE_READS {
+                    libc::write(p[1], buf(), 1);
+                    libc::read(p[0], buf(), 1);
+                }
+                libc::close(p[1]);
+                p[0]
+            };
+            let read_the_file = |fd: libc::c_int| {
+                libc::lseek(fd, 0, libc::SEEK_SET);
+                for _ in 0..fdreuse::FILE_READS {
+                    libc::read(fd, buf(), fdreuse::READ_SIZE as usize);
+                }
+            };
+            // 1. closed (traced), the file dup2'd onto the number (not traced).
+            let first = read_a_pipe();
+            libc::close(first);
+            if libc::dup2(reused_file, first) != first {
+                die("dup2");
+            }
+            read_the_file(first);
+            libc::close(first);
+            // 2. closed by close_range (not traced), the file opened onto the number.
+            let second = read_a_pipe();
+            libc::syscall(libc::SYS_close_range, second as libc::c_uint, second as libc::c_uint, 0u32);
+            let opened = libc::open(io_path.as_ptr(), libc::O_RDONLY);
+            if opened != second {
+                die(&format!("open gave {opened}, not the closed {second}"));
+            }
+            read_the_file(opened);
+            libc::close(opened);
         },
         "futex-wait" => unsafe {
             static WORD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
