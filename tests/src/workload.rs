@@ -157,6 +157,32 @@ pub mod fdreuse {
     }
 }
 
+/// `sp-workload fdexec PATH`: a descriptor gone at exec (close-on-exec)
+/// whose number is then another file's, by dup2 (not traced): what the
+/// programs' cache kept of the old one must not class the new one. Before
+/// the exec, a close-on-exec pipe's read end at number FD is read
+/// PIPE_READS times (not_file); the new image (same name) waits
+/// SETTLE_SECS, opens PATH, dup2s it onto FD and reads it FILE_READS times
+/// (a regular file whose path was not seen at that number: other).
+pub mod fdexec {
+    pub const FD: i32 = 100;
+    pub const FILE_SIZE: u64 = 16 * 1024;
+    pub const READ_SIZE: u64 = 1024;
+    pub const PIPE_READS: u64 = 20;
+    pub const FILE_READS: u64 = FILE_SIZE / READ_SIZE;
+    pub const SETTLE_SECS: i64 = 3;
+
+    pub fn assert_counts(m: &crate::Metrics, name: &str) {
+        let reads = |class: &str| {
+            m.get("sonic_probe_read_size_bytes_count", &[("comm", name), ("file_class", class)])
+                .unwrap_or(0.0) as u64
+        };
+        assert_eq!(reads("not_file"), PIPE_READS, "the pipe's reads, before the exec");
+        assert_eq!(reads("other"), FILE_READS, "the file's reads at the pipe's number, after the exec");
+        assert_eq!(m.calls("read", name), PIPE_READS + FILE_READS);
+    }
+}
+
 /// `sp-workload spawn THREADS FORKS READS`: threads and forked children
 /// each read /dev/zero READS times (1 KiB each).
 pub mod spawn {

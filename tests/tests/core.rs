@@ -6,7 +6,7 @@ use std::process::Command;
 use sonic_probe_common::constants::MAX_STATS_SLOTS;
 use sonic_probe_tests::{
     parse_strace_summary, privileged, unique_name,
-    workload::{exact, fdreuse, io, spawn},
+    workload::{exact, fdexec, fdreuse, io, spawn},
     Daemon, Workload,
 };
 
@@ -439,6 +439,22 @@ fn pread64_write_and_ioctl_counts_are_exact() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Runs `sp-workload MODE PATH` traced by --pid, PATH an audio file of
+/// `size` bytes, and checks the metrics with `check(metrics, name)`.
+fn with_an_audio_file(prefix: &str, mode: &str, size: u64, check: fn(&sonic_probe_tests::Metrics, &str)) {
+    let dir = std::env::temp_dir().join(unique_name(prefix));
+    std::fs::create_dir_all(&dir).unwrap();
+    let audio = dir.join("voice.wav");
+    std::fs::write(&audio, vec![3u8; size as usize]).unwrap();
+    let name = unique_name(prefix);
+    let w = Workload::start(Some(&name), &[mode, audio.to_str().unwrap()]);
+    let d = Daemon::start(&["--pid", &w.pid().to_string()]);
+    assert!(w.go().success());
+    check(&d.metrics(), &name);
+    assert!(d.stop().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The programs keep what a socket or pipe descriptor is in a cache
 /// (fd_class_cache); a number that becomes another file, by a close and a
 /// dup2 or by a close_range and an open, is classed by what it is now.
@@ -447,17 +463,18 @@ fn reused_descriptor_numbers_are_classed_by_their_new_file() {
     if !privileged("reused_descriptor_numbers_are_classed_by_their_new_file") {
         return;
     }
-    let dir = std::env::temp_dir().join(unique_name("spfd"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let audio = dir.join("voice.wav");
-    std::fs::write(&audio, vec![3u8; fdreuse::FILE_SIZE as usize]).unwrap();
-    let name = unique_name("spfd");
-    let w = Workload::start(Some(&name), &["fdreuse", audio.to_str().unwrap()]);
-    let d = Daemon::start(&["--pid", &w.pid().to_string()]);
-    assert!(w.go().success());
-    fdreuse::assert_counts(&d.metrics(), &name);
-    assert!(d.stop().success());
-    let _ = std::fs::remove_dir_all(&dir);
+    with_an_audio_file("spfd", "fdreuse", fdreuse::FILE_SIZE, fdreuse::assert_counts);
+}
+
+/// After an exec the cache's slots of the descriptors that went with it
+/// are not used: the daemon starts a new generation when it sweeps the
+/// process's open_files entries.
+#[test]
+fn a_descriptor_number_reused_after_exec_is_classed_by_its_new_file() {
+    if !privileged("a_descriptor_number_reused_after_exec_is_classed_by_its_new_file") {
+        return;
+    }
+    with_an_audio_file("spfx", "fdexec", fdexec::FILE_SIZE, fdexec::assert_counts);
 }
 
 #[test]

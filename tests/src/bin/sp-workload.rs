@@ -24,6 +24,9 @@
 //!   fdreuse PATH               pipes' descriptor numbers taken over by
 //!                              PATH, by dup2 and by an open after
 //!                              close_range (see workload::fdreuse)
+//!   fdexec PATH                a close-on-exec pipe read at one number,
+//!                              then exec, and PATH dup2'd onto that number
+//!                              and read (see workload::fdexec)
 //!   idle                       nothing after the go signal
 //!
 //! Calls go straight to libc (no allocation, no std I/O) after the go
@@ -31,7 +34,7 @@
 
 use std::ffi::CString;
 
-use sonic_probe_tests::workload::{exact, fdreuse, io};
+use sonic_probe_tests::workload::{exact, fdexec, fdreuse, io};
 
 static mut BUF: [u8; 4096] = [0; 4096];
 
@@ -188,6 +191,8 @@ fn stall(op: &str, ms: u64) {
 
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let own_name =
+        if args.first().map(String::as_str) == Some("--name") { args.get(1).cloned() } else { None };
     if args.first().map(String::as_str) == Some("--name") {
         if args.len() < 2 {
             die("--name needs a value");
@@ -210,7 +215,7 @@ fn main() {
         "stall" => (0, 0, 0, num(2)),
         "rename" => (0, 0, num(2), 0),
         "names" => (0, 0, num(2), 0),
-        "exact" | "idle" | "io" | "fdreuse" => (0, 0, 0, 0),
+        "exact" | "idle" | "io" | "fdreuse" | "fdexec" | "fdexec-after" => (0, 0, 0, 0),
         other => die(&format!("unknown mode {other}")),
     };
     let io_path = CString::new(args.get(1).cloned().unwrap_or_default()).unwrap_or_else(|_| die("bad path"));
@@ -259,6 +264,37 @@ fn main() {
     } else {
         -1
     };
+
+    // fdexec's second image: what it does is below, with no go signal.
+    let exec_args: Vec<CString> = if mode == "fdexec" {
+        let mut v = Vec::new();
+        if let Some(n) = &own_name {
+            v.push(CString::new("--name").unwrap());
+            v.push(CString::new(n.as_str()).unwrap_or_else(|_| die("bad name")));
+        }
+        v.push(CString::new("fdexec-after").unwrap());
+        v.push(io_path.clone());
+        v
+    } else {
+        Vec::new()
+    };
+    let self_exe = CString::new("/proc/self/exe").unwrap();
+    if mode == "fdexec-after" {
+        // SAFETY: raw system calls on our own buffers and fds.
+        unsafe {
+            // The daemon's sweep (every second) sees the exec first.
+            let ts = libc::timespec { tv_sec: fdexec::SETTLE_SECS, tv_nsec: 0 };
+            libc::nanosleep(&ts, std::ptr::null_mut());
+            let fd = libc::open(io_path.as_ptr(), libc::O_RDONLY);
+            if fd < 0 || libc::dup2(fd, fdexec::FD) != fdexec::FD {
+                die("open or dup2");
+            }
+            for _ in 0..fdexec::FILE_READS {
+                libc::read(fdexec::FD, buf(), fdexec::READ_SIZE as usize);
+            }
+            libc::_exit(0);
+        }
+    }
 
     println!("ready");
     let mut go = [0u8; 1];
@@ -404,6 +440,23 @@ fn main() {
             }
             read_the_file(opened);
             libc::close(opened);
+        },
+        "fdexec" => unsafe {
+            let mut p = [-1; 2];
+            if libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) != 0
+                || libc::dup3(p[0], fdexec::FD, libc::O_CLOEXEC) != fdexec::FD
+            {
+                die("pipe2 or dup3");
+            }
+            for _ in 0..fdexec::PIPE_READS {
+                libc::write(p[1], buf(), 1);
+                libc::read(fdexec::FD, buf(), 1);
+            }
+            let mut argv: Vec<*const libc::c_char> = vec![self_exe.as_ptr()];
+            argv.extend(exec_args.iter().map(|a| a.as_ptr()));
+            argv.push(std::ptr::null());
+            libc::execv(self_exe.as_ptr(), argv.as_ptr());
+            die("execv");
         },
         "futex-wait" => unsafe {
             static WORD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
