@@ -153,7 +153,10 @@ static __always_inline __u16 class_of_path(const struct thread_state *st)
  * Regular files are not kept: their reads are counted in their open_files
  * entry anyway. */
 #define SP_FDC_ID_BITS 36
+#define SP_FDC_ID_MASK ((1ull << SP_FDC_ID_BITS) - 1)
 #define SP_FDC_GEN_MASK ((1ull << 20) - 1)
+#define SP_FDC_CLASS_SHIFT 56
+#define SP_FDC_TYPE_SHIFT 60
 
 static __always_inline bool fdc_keeps(__u32 tgid, __u32 fd)
 {
@@ -193,10 +196,10 @@ static __always_inline bool fd_class_cached(__u32 tgid, __u32 fd, __u64 gen, __u
 	if (!slot)
 		return false;
 	__u64 v = *(volatile __u64 *)slot;
-	if ((v & ((1ull << SP_FDC_ID_BITS) - 1)) != fdc_id(tgid, fd) || ((v >> SP_FDC_ID_BITS) & SP_FDC_GEN_MASK) != gen)
+	if ((v & SP_FDC_ID_MASK) != fdc_id(tgid, fd) || ((v >> SP_FDC_ID_BITS) & SP_FDC_GEN_MASK) != gen)
 		return false;
-	*class = (v >> 56) & 0xf;
-	*mode = ((v >> 60) & 0xf) << 12;
+	*class = (v >> SP_FDC_CLASS_SHIFT) & 0xf;
+	*mode = ((v >> SP_FDC_TYPE_SHIFT) & 0xf) << 12;
 	return true;
 }
 
@@ -211,9 +214,9 @@ static __always_inline void fd_class_note(__u32 tgid, __u32 fd, __u64 gen, const
 		return;
 	__u64 id = fdc_id(tgid, fd);
 	if (of && !S_ISREG(of->mode) && of->class < 16)
-		*(volatile __u64 *)slot = id | (gen << SP_FDC_ID_BITS) | ((__u64)of->class << 56) |
-					  ((__u64)((of->mode >> 12) & 0xf) << 60);
-	else if ((*(volatile __u64 *)slot & ((1ull << SP_FDC_ID_BITS) - 1)) == id)
+		*(volatile __u64 *)slot = id | (gen << SP_FDC_ID_BITS) | ((__u64)of->class << SP_FDC_CLASS_SHIFT) |
+					  ((__u64)((of->mode >> 12) & 0xf) << SP_FDC_TYPE_SHIFT);
+	else if ((*(volatile __u64 *)slot & SP_FDC_ID_MASK) == id)
 		*(volatile __u64 *)slot = 0;
 }
 
