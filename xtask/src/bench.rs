@@ -46,7 +46,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use crate::bpfstats::{self, Programs, Role};
 
 /// Calls measured, and how many of each per run.
-const CALLS: &[&str] = &["read", "futex", "futex_wait", "openat", "mmap", "getppid"];
+const CALLS: &[&str] = &["read", "read-file", "futex", "futex_wait", "openat", "mmap", "getppid"];
 
 /// Traced system calls per loop iteration of sp-bench CALL (openat and mmap
 /// close and unmap again; getppid is not traced).
@@ -1137,7 +1137,7 @@ fn kernel_report(out: &mut String, extra: &Extra, tracers: &[Tracer], rounds: us
         let _ = writeln!(
             out,
             "\nWhat the `workload` label adds (run minus run --workload-from none, kernel-side, per \
-             call; goal <= {:.0}% for read, futex and mmap):\n",
+             call; goal <= {:.0}% for read, read-file, futex and mmap):\n",
             100.0 * WORKLOADS_GOAL
         );
         let _ = writeln!(out, "| | {} |\n|---|{}", CALLS.join(" | "), "---|".repeat(CALLS.len()));
@@ -1146,7 +1146,7 @@ fn kernel_report(out: &mut String, extra: &Extra, tracers: &[Tracer], rounds: us
             let with = median(&mut per_call(Tracer::SonicRun, c));
             let without = median(&mut per_call(Tracer::SonicRunNoWorkloads, c));
             let pct = if without > 0.0 { 100.0 * (with - without) / without } else { 0.0 };
-            let goal = matches!(*c, "read" | "futex" | "mmap");
+            let goal = matches!(*c, "read" | "read-file" | "futex" | "mmap");
             let mark = if !goal {
                 ""
             } else if pct <= 100.0 * WORKLOADS_GOAL {

@@ -3,6 +3,9 @@
 //!
 //! Usage: sp-bench CALL N [--rate CALLS_PER_SECOND] [--threads T] [--open-files K] [--cpu C] [--wait]
 //!   read       read 1 KiB from /dev/zero          (traced)
+//!   read-file  read 1 KiB from a 1 MiB regular file, from its start again
+//!              at its end (traced; an lseek, not traced, every 1025 reads):
+//!              the small-read accounting of scenario 3
 //!   futex      FUTEX_WAKE with no waiter          (traced)
 //!   openat     openat + close of a regular file   (traced, two calls)
 //!   mmap       mmap + munmap of 64 KiB            (traced, two calls)
@@ -63,6 +66,21 @@ fn bench(call: &str, n: u64, rate: Option<u64>) -> (Duration, u64) {
                 let fd = libc::open(path.as_ptr(), libc::O_RDONLY);
                 let t = run(n, rate, || {
                     libc::read(fd, buf.as_mut_ptr().cast(), 1024);
+                });
+                (t, n)
+            }
+            "read-file" => {
+                let path = std::env::temp_dir().join(format!("sp-bench-file-{}", std::process::id()));
+                std::fs::write(&path, vec![0u8; 1 << 20])
+                    .unwrap_or_else(|e| die(&format!("{}: {e}", path.display())));
+                let file =
+                    std::fs::File::open(&path).unwrap_or_else(|e| die(&format!("{}: {e}", path.display())));
+                let _ = std::fs::remove_file(&path);
+                let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+                let t = run(n, rate, || {
+                    if libc::read(fd, buf.as_mut_ptr().cast(), 1024) == 0 {
+                        libc::lseek(fd, 0, libc::SEEK_SET);
+                    }
                 });
                 (t, n)
             }
