@@ -183,10 +183,15 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		if (!fd_class_cached(tgid, fd, gen, &c.file_class, &c.file_mode)) {
 			struct open_file *of = lookup_fd(cfg, task, tgid, fd);
 			if (of) {
-				if (fuse == SP_FD_READ)
-					account_read(of, sample.size, ret, cfg);
 				describe_file(&c, of);
-				fd_class_note(tgid, fd, gen, of);
+				/* A regular file's reads are counted in its entry, so
+				 * every call comes here; anything else is cached. */
+				if (S_ISREG(of->mode)) {
+					if (fuse == SP_FD_READ)
+						account_read(of, sample.size, ret, cfg);
+				} else {
+					fd_class_note(tgid, fd, gen, of);
+				}
 			}
 		}
 	} else if (fuse == SP_FD_OPENS && !failed) {
