@@ -260,11 +260,12 @@ static __always_inline struct open_file *lookup_fd(const struct probe_config *cf
 	return bpf_map_lookup_elem(&open_files, &key);
 }
 
-/* A read of `requested` bytes through `of` returned `ret`. */
+/* A read of `requested` bytes through `of` (a regular file's entry: the
+ * caller checked) returned `ret`. */
 static __always_inline void account_read(struct open_file *of, __u64 requested, long ret,
 					 const struct probe_config *cfg)
 {
-	if (ret < 0 || !S_ISREG(of->mode))
+	if (ret < 0)
 		return;
 	__sync_fetch_and_add(&of->reads, 1);
 	__sync_fetch_and_add(&of->read_bytes, ret);
