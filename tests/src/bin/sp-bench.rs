@@ -70,7 +70,9 @@ fn bench(call: &str, n: u64, rate: Option<u64>) -> (Duration, u64) {
                 (t, n)
             }
             "read-file" => {
-                let path = std::env::temp_dir().join(format!("sp-bench-file-{}", std::process::id()));
+                // One file per thread (--threads): each removes its own once open.
+                let tid = libc::syscall(libc::SYS_gettid);
+                let path = std::env::temp_dir().join(format!("sp-bench-file-{}-{tid}", std::process::id()));
                 std::fs::write(&path, vec![0u8; 1 << 20])
                     .unwrap_or_else(|e| die(&format!("{}: {e}", path.display())));
                 let file =
