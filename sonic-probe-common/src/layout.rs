@@ -216,7 +216,9 @@ shared_struct! {
     /// Value of open_files: a descriptor the programs know the kind of, and
     /// what was read through it. Regular files are entered at openat exit
     /// (with their class from the path's extension); other descriptors at
-    /// their first read (class not_file). Removed at close.
+    /// their first read (class not_file). At close the entry is marked
+    /// closed (every field 0, mode included) and kept for the process's
+    /// next descriptor of that number to take over (files.h).
     pub struct OpenFile as "open_file" {
         /// Entry time of the openat that opened it (the openat event's
         /// header.time_ns), 0 if it was not opened while watched.

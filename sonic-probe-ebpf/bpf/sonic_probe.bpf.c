@@ -201,12 +201,12 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	} else if (fuse == SP_FD_CLOSES && !failed && farg >= 0 && farg < 6) {
 		struct file_key fk = { .tgid = tgid, .fd = st->args[farg] };
 		struct open_file *of = bpf_map_lookup_elem(&open_files, &fk);
-		if (of) {
+		if (of && file_is_open(of)) {
 			describe_file(&c, of);
 			/* Only what was read through it matters to the daemon. */
 			if (of->opened_ns && of->reads && S_ISREG(of->mode))
 				emit_file_close(cfg, c.pid_tgid, key.cgroup, fk.fd, of);
-			bpf_map_delete_elem(&open_files, &fk);
+			file_closed(of);
 		}
 		fd_class_note(tgid, fk.fd, 0, NULL);
 	}

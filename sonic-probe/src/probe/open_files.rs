@@ -1,10 +1,12 @@
 //! The kernel's descriptor table (open_files): read for findings, swept of
 //! processes that exec'd or exited.
 //!
-//! The programs add descriptors at openat and first read and remove them at
-//! close, but can't see descriptors vanish at exec (close-on-exec) or exit.
-//! The daemon sweeps those: [`OpenFiles::sweep`] deletes the entries of
-//! processes that are gone, and those opened before a process exec'd, and
+//! The programs add descriptors at openat and first read and mark them
+//! closed at close (mode 0, kept for the number's next descriptor, which
+//! costs less than a delete and an insert), but can't see descriptors
+//! vanish at exec (close-on-exec) or exit. The daemon sweeps those:
+//! [`OpenFiles::sweep`] deletes the entries of processes that are gone, and
+//! those opened before a process exec'd (closed ones included), and
 //! then starts a new generation of the programs' cache of what descriptors
 //! are (fd_class_cache, files.h), so that it holds nothing the sweep took
 //! out of open_files.
