@@ -240,16 +240,7 @@ static __always_inline bool file_is_open(const struct open_file *of)
 
 static __always_inline void file_closed(struct open_file *of)
 {
-	of->mode = 0;
-	of->opened_ns = 0;
-	of->class = 0;
-	of->dev = 0;
-	of->ino = 0;
-	of->reads = 0;
-	of->read_bytes = 0;
-	of->small_reads = 0;
-	of->small_read_requested = 0;
-	of->small_read_bytes = 0;
+	*of = (struct open_file){};
 }
 
 /* openat returned fd: enter it. */
