@@ -136,10 +136,14 @@ static __always_inline void futex_enter(const struct thread_state *st, const str
 }
 
 #if SP_WAKER_PERCPU
-/* What a long wait looks for, and the best match so far. */
+/* What a long wait looks for, and the best match so far: none while
+ * best.time_ns is 0 (a match's is at least `since`, the wait's start).
+ * Not a separate found flag: the verifier knew it 0 or 1 at each slot
+ * and walked the rest of the search once for each (sys_exit verified
+ * 193,298 instructions with it, 179,147 without). */
 struct waker_search {
 	__u32 tgid;
-	__u32 found;
+	__u32 _pad;
 	__u64 uaddr;
 	__u64 since;
 	struct futex_wake best;
@@ -156,10 +160,8 @@ static long search_cpu(__u64 cpu, void *ctx)
 	for (int i = 0; i < SP_FUTEX_WAKE_SLOTS; i++) {
 		struct futex_wake *w = &ring->wakes[i];
 		if (w->tgid == s->tgid && w->uaddr == s->uaddr && w->time_ns >= s->since &&
-		    (!s->found || w->time_ns > s->best.time_ns)) {
+		    w->time_ns > s->best.time_ns)
 			s->best = *w;
-			s->found = 1;
-		}
 	}
 	return 0;
 }
@@ -172,7 +174,7 @@ static __always_inline bool find_wake(const struct probe_config *cfg, __u32 tgid
 	__u32 cpus = cfg->nr_cpus < SP_MAX_CPUS ? cfg->nr_cpus : SP_MAX_CPUS;
 
 	bpf_loop(cpus, search_cpu, &s, 0);
-	if (!s.found)
+	if (!s.best.time_ns)
 		return false;
 	*out = s.best;
 	return true;
