@@ -51,19 +51,21 @@
 //!   known calls (pid, comm and cgroup2 targets, threads and forked
 //!   children, non-targets, the max-comms fold), dd against strace -c,
 //!   pread64, write and ioctl exactly and against strace -c, the
-//!   futex latency bucket, the HTTP endpoints with the five programs
-//!   attached, and BPF run-time statistics.
+//!   futex latency bucket, and BPF run-time statistics. Left out: the
+//!   HTTP endpoints (no kernel involved beyond attaching, which every test
+//!   does).
 //! - diagnoses: every futex wait operation as a stall with its waker (the
 //!   PI ops, FUTEX_LOCK_PI2 and futex_waitv included), and the findings
 //!   command. Left out: the tests that run the Python service stand-in.
 //! - ops: capabilities dropped after attach, running with only CAP_BPF and
 //!   CAP_PERFMON (what those allow changed across kernels), BTF from a
-//!   file, sd_notify, SIGHUP reload, the shipped config attaching to the
-//!   whole host. Left out: systemd-analyze's check of the unit and the
-//!   config-error test (no kernel involved in either).
-//! - trace: line-by-line and -c comparisons with strace (dd, cat), exit
-//!   status, -f and threads, Ctrl-C detach, lost-event accounting. Left
-//!   out: the comparisons on python3 (none in the guest).
+//!   file, SIGHUP reload, the shipped config attaching to the whole host.
+//!   Left out: systemd-analyze's check of the unit, sd_notify and the
+//!   config-error test (no kernel involved in any).
+//! - trace: line-by-line and -c comparisons with strace (dd, cat), -f and
+//!   threads, lost-event accounting. Left out: the comparisons on python3
+//!   (none in the guest), the exit status passed through and Ctrl-C
+//!   (user space only; cli's every way of stopping checks the detach).
 //! - reliability: ring-buffer overflow accounted exactly, pid reuse, a pid
 //!   target exiting, processes entering a cgroup target later. Left out:
 //!   the 10000-process churn (minutes under TCG) and the HTTP abuse tests
@@ -95,7 +97,13 @@
 //! (5.10 took 912 s unoptimized); two at a time on its 2 CPUs, the three
 //! take as long as the two longest one after the other. The boot itself takes about 5 s; a
 //! first run adds the kernels' download (seconds) and the static build
-//! (minutes).
+//! (minutes). On 2026-12-02's slower machine the 41 tests took 5.10 1155
+//! s and 6.1 over 1200 s (two at a time), 6.12 756-767 s alone: about 20
+//! s a test, most of it the verifier (one `check-config --attach` took
+//! 16.8 s on 6.1 there, 7-15 s of it in the kernel). Since then sys_exit
+//! verifies in 179,147 instructions instead of 436,503 (log2.h and
+//! futex.h say how; 9.1 s for that attach on 6.1), and the plan leaves out
+//! four tests of user space only (37 tests).
 
 mod binaries;
 mod guest;
@@ -136,7 +144,6 @@ const PLAN: &[(&str, &[&str])] = &[
             "a_process_that_is_not_a_target_contributes_nothing",
             "threads_and_forked_children_of_a_pid_target_are_followed",
             "cgroup_targets_include_descendant_cgroups",
-            "http_endpoints",
             "names_beyond_max_comms_are_exported_as_other",
             "a_renamed_process_counts_under_each_name_exactly",
             "keys_beyond_the_statistics_slots_count_exactly",
@@ -157,7 +164,6 @@ const PLAN: &[(&str, &[&str])] = &[
             "capabilities_are_dropped_after_attach",
             "check_config_accepts_the_shipped_config_and_attaches",
             "btf_from_a_file_is_used_for_loading",
-            "systemd_notify_ready_after_attach_reload_and_stopping",
             "sighup_reloads_targets_and_thresholds_without_resetting_counters",
             "it_runs_with_only_cap_bpf_and_cap_perfmon",
         ],
@@ -165,9 +171,7 @@ const PLAN: &[(&str, &[&str])] = &[
     (
         "trace",
         &[
-            "exit_status_passes_through",
             "threads_are_traced_with_f_and_only_the_given_thread_without",
-            "ctrl_c_detaches_and_leaves_the_process_running",
             "a_lost_event_is_never_silent",
             "dd_like_strace",
             "cat_like_strace",
@@ -231,8 +235,11 @@ const ALLOWED_FLAKY: &[(&str, &str)] = &[
 /// test before it passing); room for that and for one hung test (killed in
 /// the guest after 180 s). 900 s was too little for the 38 tests on 6.1 on
 /// a slower machine (2026-12-01, other builds running beside it), and
-/// 5.10's took 912 s there on its own.
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1200);
+/// 5.10's took 912 s there on its own; 1200 s too little for 6.1's 41
+/// tests on 2026-12-02's (see the module's Time). A hung test is killed
+/// after 3 minutes and a silent console stops the guest after 5, so this
+/// only bounds a guest that is slow throughout.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1500);
 
 const USAGE: &str = "usage: cargo xtask vmtest [--kernel 5.10|6.1|6.12|all] [--env NAME=VALUE]... \
                      [--timeout SECS] [--only TEST,...] [--jobs N] [-- COMMAND [ARGS...]]";
