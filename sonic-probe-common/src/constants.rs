@@ -153,6 +153,14 @@ shared_consts! {
     pub const MAX_ERROR_ENTRIES: u32 = 8192;
     /// max_entries of open_files (descriptors of watched processes).
     pub const MAX_OPEN_FILES: u32 = 65536;
+    /// max_entries of reopens (files opened read-only by watched
+    /// processes, allocated on use; the daemon deletes the idle ones).
+    /// When it is full, the opens of further files are each sent.
+    pub const MAX_REOPENS: u32 = 16384;
+    /// Slots of reopen_seen (a power of 2): the files opened lately, one
+    /// 64-bit word each, so that only a file opened twice within the
+    /// window gets a reopens entry (files.h).
+    pub const REOPEN_SEEN_SLOTS: u32 = 8192;
     /// Slots of fd_class_cache (a power of 2): what the descriptors that
     /// are not regular files are (class and inode type), so that a read of
     /// a socket or pipe costs an array index, not an open_files lookup
@@ -186,6 +194,10 @@ shared_consts! {
     pub const MAX_FILE_CLASS_EXTS: u32 = 256;
     /// thread_state.aux_kind: aux holds a struct timespec.
     pub const AUX_TIMESPEC: u16 = 1;
+    /// thread_state.aux_kind: an openat's exit put its file's reopens
+    /// entry there: aux[0] its opens (this one included), aux[1] its
+    /// created_ns.
+    pub const AUX_OPEN_TOTAL: u16 = 2;
     /// Mask giving the futex command from its op argument (stats_key.variant).
     pub const FUTEX_CMD_MASK: u64 = 0x7f;
     /// Default ring buffer size in bytes (a power of two, multiple of the page size).
@@ -202,4 +214,5 @@ pub(crate) fn write_c_constants(out: &mut String) {
 // masking a hash (files.h).
 const _: () = assert!(NR_FILE_CLASSES <= 16);
 const _: () = assert!(FD_CLASS_CACHE_SLOTS.is_power_of_two());
+const _: () = assert!(REOPEN_SEEN_SLOTS.is_power_of_two());
 const _: () = assert!(FD_CLASS_CACHE_MAX_FD == 1 << 14);

@@ -53,6 +53,11 @@ shared_struct! {
         /// Takes the place of the padding that kept the struct a multiple
         /// of 8 bytes: the size is unchanged.
         pub inflight_waits: u32,
+        /// Non-zero: a read-only open of a regular file within this many ns
+        /// of the last event sent for the same file of the same process is
+        /// counted in its reopens entry instead of being sent (files.h); 0
+        /// sends every open (strace mode, tests that want every event).
+        pub reopen_coalesce_ns: u64,
     }
 }
 
@@ -92,7 +97,8 @@ shared_struct! {
         /// The six raw argument registers at entry.
         pub args: [u64; 6],
         /// User memory an argument points to, read at entry in strace mode:
-        /// a futex wait's timeout (struct timespec).
+        /// a futex wait's timeout (struct timespec); or, at an openat's
+        /// exit, its file's reopens entry (AUX_OPEN_TOTAL).
         pub aux: [u64; 2],
         /// Syscall index of the call in progress.
         pub syscall: u16,
@@ -102,7 +108,7 @@ shared_struct! {
         pub path_flags: u16,
         /// Length of path without its NUL, 0 if none.
         pub path_len: u16,
-        /// What aux holds: 0 nothing, AUX_TIMESPEC.
+        /// What aux holds: 0 nothing, AUX_TIMESPEC, AUX_OPEN_TOTAL.
         pub aux_kind: u16,
         pub _pad: [u16; 3],
         /// The workload (cgroup) and process name slot_cache was filled
@@ -113,7 +119,8 @@ shared_struct! {
         /// call costs a compare and an array index instead of a hash lookup
         /// (stats.h).
         pub slot_cache: [StatsSlot; STATS_SLOT_CACHE as usize],
-        /// Path argument read at entry (openat), NUL terminated.
+        /// Path argument (openat), NUL terminated: read at exit, where the
+        /// kernel has faulted it in, and only if the call is sent.
         pub path: [u8; 256],
     }
 }
@@ -245,6 +252,43 @@ shared_struct! {
 }
 
 shared_struct! {
+    /// Key of reopens: one file (device and inode) as one program image of
+    /// one process opens it; `mm` (the address of the process's memory
+    /// descriptor, new at every exec) keeps a program's opens apart from
+    /// those of the program it exec'd.
+    pub struct ReopenKey as "reopen_key" {
+        pub tgid: u32,
+        pub dev: u32,
+        pub ino: u64,
+        pub mm: u64,
+    }
+}
+
+shared_struct! {
+    /// Value of reopens: how often a process opened one regular file
+    /// read-only, so that its repeated opens need not each be sent
+    /// (files.h). The openat events that are sent carry `opens` and
+    /// `created_ns` (SyscallEvent.aux, AUX_OPEN_TOTAL); the daemon reads
+    /// the entries in its sweep for the opens counted since, and deletes
+    /// the idle ones.
+    pub struct Reopens as "reopens" {
+        /// Opens of the file since the entry was made (the sent ones too).
+        pub opens: u64,
+        /// bpf_ktime_get_ns() when the entry was made: tells an entry from
+        /// an earlier one of the same key.
+        pub created_ns: u64,
+        /// Entry time of the last open sent as an event.
+        pub sent_ns: u64,
+        /// Entry time of the last open counted.
+        pub last_ns: u64,
+        /// FILE_CLASS_* of the path the last sent open named: the class
+        /// of the opens counted without their path.
+        pub class: u16,
+        pub _pad: [u16; 3],
+    }
+}
+
+shared_struct! {
     /// A watched regular file was closed (EVENT_FILE_CLOSE).
     pub struct FileCloseEvent as "file_close_event" {
         pub header: EventHeader,
@@ -340,7 +384,7 @@ shared_struct! {
         /// i_mode of the file involved, 0 if unknown (tells files from
         /// pipes, sockets, devices).
         pub file_mode: u16,
-        /// What aux holds: 0 nothing, AUX_TIMESPEC.
+        /// What aux holds: 0 nothing, AUX_TIMESPEC, AUX_OPEN_TOTAL.
         pub aux_kind: u16,
         /// Device of the file involved (its superblock's s_dev), 0 if unknown.
         pub file_dev: u32,
@@ -359,7 +403,8 @@ shared_struct! {
         pub process_comm: [u8; 16],
         /// Futex waits: the name of waker_tid's thread, when known.
         pub waker_comm: [u8; 16],
-        /// thread_state.aux of the call (strace mode).
+        /// thread_state.aux of the call: a futex wait's timeout (strace
+        /// mode), or an openat's reopens totals (AUX_OPEN_TOTAL).
         pub aux: [u64; 2],
     }
 }
@@ -397,6 +442,8 @@ pub(crate) fn write_c_structs(out: &mut String) {
     write_struct::<CommKey>(out);
     write_struct::<FileKey>(out);
     write_struct::<OpenFile>(out);
+    write_struct::<ReopenKey>(out);
+    write_struct::<Reopens>(out);
     write_struct::<FutexWake>(out);
     write_struct::<FutexWakeRing>(out);
     write_struct::<FutexWordKey>(out);
@@ -418,9 +465,11 @@ const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 56);
 const _: () = assert!(core::mem::size_of::<FutexWakeRing>() == 8 + 40 * FUTEX_WAKE_SLOTS as usize);
 const _: () = assert!(core::mem::size_of::<SyscallStats>() == 8 * (7 + LATENCY_BUCKETS + SIZE_BUCKETS));
 const _: () = assert!(core::mem::size_of::<StatsKey>() == 32);
+const _: () = assert!(core::mem::size_of::<ReopenKey>() == 24);
+const _: () = assert!(core::mem::size_of::<Reopens>() == 40);
 const _: () = assert!(core::mem::size_of::<ErrorKey>() == 32);
 const _: () = assert!(core::mem::size_of::<ThreadState>() == 112 + 8 * STATS_SLOT_CACHE as usize + PATH_CAP);
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 72 + 4 * MAX_GPU_MAJORS);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 80 + 4 * MAX_GPU_MAJORS);
 const _: () = assert!(core::mem::size_of::<InflightWait>() == 56);
 const _: () = assert!(core::mem::offset_of!(ProbeConfig, inflight_waits) == 68 + 4 * MAX_GPU_MAJORS);
 

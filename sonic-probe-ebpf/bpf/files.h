@@ -19,6 +19,27 @@
  */
 #pragma once
 
+/* Reads the path argument into the thread state, if it was not read yet
+ * (sys_enter marks it unread). At exit, not at entry: the kernel has
+ * faulted its page in (a BPF program can't, and a string in memory not
+ * touched yet is unreadable at entry), and an open counted in reopens
+ * (below) never reads it. */
+static __always_inline void read_path_once(struct thread_state *st, __u64 uptr)
+{
+	if (!(st->path_flags & SP_EMIT_PATH_UNREADABLE))
+		return; /* read (unreadable ones are tried again) */
+	long n = bpf_probe_read_user_str(st->path, sizeof(st->path), (const void *)uptr);
+
+	if (n <= 0) {
+		st->path[0] = 0;
+		st->path_flags = SP_EMIT_PATH_UNREADABLE;
+		st->path_len = 0;
+	} else {
+		st->path_len = n - 1;
+		st->path_flags = n == sizeof(st->path) ? SP_EMIT_PATH_TRUNCATED : 0;
+	}
+}
+
 /* How much of struct inode one read takes: i_mode, i_sb, i_ino and i_rdev
  * lie within its first 80 bytes on the kernels we know. Not more: the
  * buffer is on sys_exit's stack, which 6.1's verifier finds at its limit
@@ -243,16 +264,121 @@ static __always_inline void file_closed(struct open_file *of)
 	*of = (struct open_file){};
 }
 
-/* openat returned fd: enter it. */
-static __always_inline void track_open(const struct probe_config *cfg, struct task_struct *task, __u32 tgid,
-				       __u32 fd, const struct thread_state *st, struct open_file *out)
+/* ---- reopens (maps.h)
+ *
+ * A service that opens its model file on every request, or polls a file,
+ * opens one file over and over; each open sent with its path costs the
+ * call a path read and an event (≈ 60 ns of the ≈ 230 an openat+close
+ * pair costs on the bench's machine). So a read-only open of a regular
+ * file within probe_config.reopen_coalesce_ns of the last sent open of
+ * that file (same process, same program image) is only counted in the
+ * file's reopens entry, with its time; the next sent open carries the
+ * entry's total (SyscallEvent.aux), and the daemon's sweep reads the
+ * entries for the opens counted since. Totals only grow, so the daemon
+ * takes differences and nothing is counted twice or lost when an event
+ * and the sweep cross. What is not counted this way is sent as before:
+ * opens for writing, of other files, slow ones, traced ones, and all of
+ * them when the map is full.
+ *
+ * Most files a process opens it opens once (a program's start-up, a
+ * shell's commands on a busy node): an entry each would cost an
+ * allocation per open and the daemon's sweep a read per entry. So a file's
+ * first open only notes it in reopen_seen (an array slot by hash, no
+ * allocation) and is sent without a total (it counts one); an open that
+ * finds its note there younger than the window makes the entry. A hash
+ * collision makes one early, which costs nothing but the entry. */
+#define SP_O_ACCMODE 3
+#define SP_O_RDONLY 0
+
+/* Whether the file of key was opened within the window before now (its
+ * note in reopen_seen); notes this open either way. */
+static __always_inline bool reopen_seen_lately(const struct probe_config *cfg, const struct reopen_key *key,
+					       __u64 now)
+{
+	/* Not of mm (a pointer to the verifier): a program exec'd finds its
+	 * predecessor's note at worst, and makes an entry early. */
+	__u32 h = (key->tgid * 0x9E3779B1u) ^ ((__u32)key->ino * 0x85EBCA6Bu) ^ ((__u32)(key->ino >> 32) * 0xC2B2AE35u) ^
+		  (key->dev * 0x27D4EB2Fu);
+	h ^= h >> 15;
+	__u32 i = h & (SP_REOPEN_SEEN_SLOTS - 1);
+	__u64 *slot = bpf_map_lookup_elem(&reopen_seen, &i);
+	if (!slot)
+		return false;
+	__u32 now_ms = now / 1000000;
+	__u64 v = *(volatile __u64 *)slot;
+	*(volatile __u64 *)slot = ((__u64)h << 32) | now_ms;
+	return (__u32)(v >> 32) == h && (__u64)(now_ms - (__u32)v) * 1000000 < cfg->reopen_coalesce_ns;
+}
+
+/* An open of regular file *of (its dev and ino filled in): true if it is
+ * counted in its reopens entry, not sent (of->class then the entry's);
+ * else its path is read and classed, and if may_count its entry notes it
+ * as sent (st->aux: AUX_OPEN_TOTAL). */
+static __always_inline bool reopen_counted(const struct probe_config *cfg, struct task_struct *task, __u32 tgid,
+					   struct thread_state *st, __u64 path_uptr, bool may_count,
+					   struct open_file *of)
+{
+	struct reopen_key key = { .tgid = tgid, .dev = of->dev, .ino = of->ino, .mm = (__u64)KREAD(task, mm) };
+	struct reopens *r = NULL;
+	__u64 now = st->start_ns;
+
+	if (may_count) {
+		r = bpf_map_lookup_elem(&reopens, &key);
+		/* now < sent_ns (another thread's later open): sent. */
+		if (r && now - r->sent_ns < cfg->reopen_coalesce_ns) {
+			__sync_fetch_and_add(&r->opens, 1);
+			r->last_ns = now;
+			of->class = r->class;
+			return true;
+		}
+	}
+	read_path_once(st, path_uptr);
+	of->class = class_of_path(st);
+	if (!may_count)
+		return false;
+	if (!r) {
+		/* A first open (lately): noted, sent alone. */
+		if (!reopen_seen_lately(cfg, &key, now))
+			return false;
+		__u32 zero_idx = 0;
+		/* Any all-zero value of at least its size. */
+		void *zero = bpf_map_lookup_elem(&zero_stats, &zero_idx);
+		if (!zero)
+			return false;
+		bpf_map_update_elem(&reopens, &key, zero, BPF_NOEXIST);
+		r = bpf_map_lookup_elem(&reopens, &key); /* full: sent alone */
+		if (!r)
+			return false;
+		if (!r->created_ns)
+			r->created_ns = now;
+	}
+	r->class = of->class;
+	__sync_fetch_and_add(&r->opens, 1);
+	r->sent_ns = now;
+	r->last_ns = now;
+	/* Another thread's open may be in the total too: it only grows. */
+	st->aux[0] = r->opens;
+	st->aux[1] = r->created_ns;
+	st->aux_kind = SP_AUX_OPEN_TOTAL;
+	return false;
+}
+
+/* openat returned fd: enter it. True if the open is counted in reopens
+ * and not to be sent (reopen_counted). */
+static __always_inline bool track_open(const struct probe_config *cfg, struct task_struct *task, __u32 tgid,
+				       __u32 fd, struct thread_state *st, __u64 path_uptr, bool may_count,
+				       struct open_file *out)
 {
 	struct file_key key = { .tgid = tgid, .fd = fd };
 	__u32 rdev = 0;
+	bool counted = false;
 
 	out->opened_ns = st->start_ns;
 	fd_inode(task, fd, out, &rdev);
-	out->class = S_ISREG(out->mode) ? class_of_path(st) : class_of_device(cfg, rdev);
+	if (S_ISREG(out->mode))
+		counted = reopen_counted(cfg, task, tgid, st, path_uptr, may_count, out);
+	else
+		out->class = class_of_device(cfg, rdev);
 	/* The number's entry, closed or (closed unseen: exec, close_range) not. */
 	struct open_file *cur = bpf_map_lookup_elem(&open_files, &key);
 	if (cur)
@@ -262,6 +388,7 @@ static __always_inline void track_open(const struct probe_config *cfg, struct ta
 	/* The number may have been another descriptor's (closed by exec or
 	 * close_range, unseen). */
 	fd_class_note(tgid, fd, fdc_generation(), out);
+	return counted;
 }
 
 /* The entry of a descriptor, entered now if this is its first sight. */

@@ -149,6 +149,28 @@ struct {
 	__type(value, struct open_file);
 } open_files SEC(".maps");
 
+/* How often each watched process opened each regular file read-only
+ * (files.h): its repeated opens are counted here, not each sent. Allocated
+ * on use (an entry per file a process opens, most never again); the daemon
+ * deletes the idle ones. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, SP_MAX_REOPENS);
+	__type(key, struct reopen_key);
+	__type(value, struct reopens);
+} reopens SEC(".maps");
+
+/* The files opened lately, by a hash of their reopens key: a slot holds
+ * the key's hash in its high 32 bits and the open's time in ms in its low
+ * 32 bits (files.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SP_REOPEN_SEEN_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} reopen_seen SEC(".maps");
+
 /* What the descriptors that are not regular files are, one 64-bit word per
  * slot, indexed by a hash of (process, descriptor): a read of a socket or
  * a pipe finds its class here with an array index (inlined by the

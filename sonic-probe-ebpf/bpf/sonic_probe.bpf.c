@@ -36,22 +36,6 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 /* ---- system calls */
 
-/* Reads the path argument into the thread state. A BPF program can't fault
- * a page in: a string in memory not touched yet is unreadable at entry. */
-static __always_inline void read_path(struct thread_state *st, __u64 uptr)
-{
-	long n = bpf_probe_read_user_str(st->path, sizeof(st->path), (const void *)uptr);
-
-	st->path_len = 0;
-	if (n <= 0) {
-		st->path[0] = 0;
-		st->path_flags = SP_EMIT_PATH_UNREADABLE;
-	} else {
-		st->path_len = n - 1;
-		st->path_flags = n == sizeof(st->path) ? SP_EMIT_PATH_TRUNCATED : 0;
-	}
-}
-
 SEC("tp_btf/sys_enter")
 int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 {
@@ -84,12 +68,10 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	st->args[5] = regs->r9;
 	st->syscall = idx;
 	st->path_len = 0;
-	st->path_flags = 0;
+	/* The path is read at exit (files.h): unread until then. */
+	st->path_flags = SP_EMIT_PATH_UNREADABLE;
 	st->aux_kind = 0;
 
-	int parg = sp_syscall_path_arg(idx);
-	if (parg >= 0 && parg < 6)
-		read_path(st, st->args[parg]);
 	/* strace mode names the file a close closes: look at it while it is open. */
 	int farg = sp_syscall_fd_arg(idx);
 	if (sp_syscall_fd_use(idx) == SP_FD_CLOSES && (cfg->trace_mask & (1u << idx)) && farg >= 0 && farg < 6)
@@ -152,11 +134,6 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		KREAD_COMM(key.comm, leader);
 	}
 
-	/* The kernel faulted the path's page in while the call ran: try again. */
-	int parg = sp_syscall_path_arg(idx);
-	if (parg >= 0 && parg < 6 && (st->path_flags & SP_EMIT_PATH_UNREADABLE))
-		read_path(st, st->args[parg]);
-
 	struct call_sample sample = { .duration_ns = c.duration_ns, .failed = failed };
 	int sarg = sp_syscall_size_arg(idx);
 	if (sarg >= 0 && sarg < 6) {
@@ -171,8 +148,11 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 
 	/* What the call's descriptor is (its row's fd_use), and the variant
 	 * its statistics are kept under. */
+	int parg = sp_syscall_path_arg(idx);
+	__u64 path_uptr = parg >= 0 && parg < 6 ? st->args[parg] : 0;
 	int farg = sp_syscall_fd_arg(idx);
 	int fuse = sp_syscall_fd_use(idx);
+	bool counted = false; /* an open counted in reopens, not sent */
 	if ((fuse == SP_FD_READ || fuse == SP_FD_CLASSIFY) && farg >= 0 && farg < 6) {
 		__u32 fd = st->args[farg];
 		/* Read before open_files is: a sweep between the two makes what
@@ -196,7 +176,13 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		}
 	} else if (fuse == SP_FD_OPENS && !failed) {
 		struct open_file of = {};
-		track_open(cfg, task, tgid, ret, st, &of);
+		/* A read-only open that is not sent for another reason may be
+		 * counted in its file's reopens entry instead of sent. (openat's
+		 * flags: its third argument; the only row that opens.) */
+		bool may_count = cfg->reopen_coalesce_ns && !(cfg->trace_mask & (1u << idx)) &&
+				 !(cfg->slow_call_ns && c.duration_ns >= cfg->slow_call_ns) &&
+				 (st->args[2] & SP_O_ACCMODE) == SP_O_RDONLY;
+		counted = track_open(cfg, task, tgid, ret, st, path_uptr, may_count, &of);
 		describe_file(&c, &of);
 	} else if (fuse == SP_FD_CLOSES && !failed && farg >= 0 && farg < 6) {
 		struct file_key fk = { .tgid = tgid, .fd = st->args[farg] };
@@ -221,7 +207,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 
 	if (cfg->trace_mask & (1u << idx))
 		c.reasons |= SP_EMIT_TRACE;
-	if (cfg->path_events && sp_syscall_path_arg(idx) >= 0)
+	if (cfg->path_events && sp_syscall_path_arg(idx) >= 0 && !counted)
 		c.reasons |= SP_EMIT_PATH;
 	if (cfg->slow_call_ns && c.duration_ns >= cfg->slow_call_ns)
 		c.reasons |= SP_EMIT_SLOW;
@@ -245,7 +231,9 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		if (of)
 			describe_file(&c, of);
 	}
-	emit_call(cfg, task, st, &key, &c, sp_syscall_path_arg(idx) >= 0, &waker);
+	if (parg >= 0)
+		read_path_once(st, path_uptr);
+	emit_call(cfg, task, st, &key, &c, parg >= 0, &waker);
 	return 0;
 }
 

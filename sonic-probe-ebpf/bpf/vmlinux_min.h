@@ -139,6 +139,8 @@ struct cgroup {
 	struct kernfs_node *kn;
 };
 
+struct mm_struct;
+
 struct css_set {
 	struct cgroup *dfl_cgrp;
 };
@@ -154,6 +156,7 @@ struct task_struct {
 	struct task_struct *group_leader;
 	char comm[16];
 	struct signal_struct *signal;
+	struct mm_struct *mm;
 };
 
 struct linux_binprm;

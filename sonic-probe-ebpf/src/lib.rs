@@ -213,6 +213,8 @@ pub mod maps {
     pub const SYSCALL_ERRORS: &str = "syscall_errors";
     pub const COUNTERS: &str = "counters";
     pub const OPEN_FILES: &str = "open_files";
+    /// Repeated read-only opens of a file by a process, counted (files.h).
+    pub const REOPENS: &str = "reopens";
     /// Its generation (one u64): the daemon starts a new one when its
     /// sweep finds a process that exec'd or exited (fd_class_cache's slots
     /// of older generations are not used).

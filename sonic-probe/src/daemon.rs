@@ -165,6 +165,7 @@ pub fn probe_config(config: &RunConfig) -> ProbeConfig {
         // and EINTR are its control flow, counted, not sent one by one).
         .failed_calls_of(mask_of(SYSCALLS.iter().filter(|s| s.error_events).map(|s| s.index)))
         .with_paths()
+        .count_reopens(crate::findings::REOPEN_COUNT_WINDOW)
         .slow_calls(config.kernel_slow_threshold())
         .large_calls(config.large_map_bytes)
         .small_calls(config.small_read_bytes)
@@ -203,6 +204,7 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     targets.apply(&config.targets)?;
     let aggregates = probe.take_aggregates()?;
     let open_files = probe.take_open_files()?;
+    let reopens = probe.take_reopens()?;
     let ring = probe.take_events()?;
     let futex_waiting = probe.take_futex_waiting()?;
     if config.bpf_stats {
@@ -232,7 +234,7 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
             .context("cannot start the stack capture thread")?;
     }
     let settings = crate::findings::Settings { captures: captures.clone(), ..config.findings.clone() };
-    let findings = FindingsService::new(&settings, open_files, workloads.clone());
+    let findings = FindingsService::new(&settings, open_files, Some(reopens), workloads.clone());
     let consumer = tokio::spawn(consume(rx, pid_targets, findings.clone()));
 
     let attached = probe.attached().join(", ");

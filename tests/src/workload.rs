@@ -55,6 +55,23 @@ pub mod exact {
 /// `sp-workload io PATH`: pread64, write and ioctl, single-threaded. PATH is
 /// a file of at least FILE_SIZE bytes (a `.pth`: a model); a pipe and
 /// /dev/null are opened before the go signal, PATH after it.
+/// `sp-workload reopen PATH`: one file opened again and again, as a
+/// service that reloads its model on every request; most of the opens are
+/// counted in the kernel, not sent (files.h).
+pub mod reopen {
+    /// PATH's size: each read-only open reads it whole in one read.
+    pub const FILE_SIZE: u64 = 4096;
+    pub const BURSTS: u64 = 3;
+    /// Read-only opens (each read and closed) per burst, back to back.
+    pub const READ_OPENS: u64 = 400;
+    /// Between bursts: the second falls within a second of the first
+    /// burst's first open, the third does not.
+    pub const GAP_MS: u64 = 700;
+    /// One read-write open (not read, closed) after each burst.
+    pub const OPENAT: u64 = BURSTS * (READ_OPENS + 1);
+    pub const CLOSE: u64 = OPENAT;
+}
+
 pub mod io {
     pub const FILE_SIZE: u64 = 64 * 1024;
     /// PATH opened after go (its class is known: model); closed at the end.

@@ -6,7 +6,7 @@ use std::process::Command;
 use sonic_probe_common::constants::MAX_STATS_SLOTS;
 use sonic_probe_tests::{
     parse_strace_summary, privileged, unique_name,
-    workload::{exact, fdexec, fdreuse, io, spawn},
+    workload::{exact, fdexec, fdreuse, io, reopen, spawn},
     Daemon, Workload,
 };
 
@@ -456,6 +456,68 @@ fn with_an_audio_file(prefix: &str, mode: &str, size: u64, check: fn(&sonic_prob
     let d = Daemon::start(&["--pid", &w.pid().to_string()]);
     assert!(w.go().success());
     check(&d.metrics(), &name);
+    assert!(d.stop().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A file reopened again and again: the kernel sends about one open a
+/// second of it and counts the others (reopens, files.h); the daemon's
+/// counts, its finding and the bytes read through the opens are still
+/// exact, and far fewer events were sent than opens made. The kernel's
+/// entry for the file goes once it has not been opened for 10 s, the
+/// process still running.
+#[test]
+fn repeated_opens_counted_in_the_kernel_are_all_seen() {
+    if !privileged("repeated_opens_counted_in_the_kernel_are_all_seen") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(unique_name("spro"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("decoder.pth");
+    std::fs::write(&model, vec![5u8; reopen::FILE_SIZE as usize]).unwrap();
+    let name = unique_name("spro");
+    let w = Workload::start(Some(&name), &["reopen", model.to_str().unwrap(), "13000"]);
+    let d = Daemon::start(&["--pid", &w.pid().to_string()]);
+    let done = std::thread::spawn(move || w.go());
+    // The sweep (every second) reads what the kernel counted.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let m = d.metrics();
+    assert_eq!(m.calls("openat", &name), reopen::OPENAT);
+    assert_eq!(m.calls("close", &name), reopen::CLOSE);
+    let read_opens = reopen::BURSTS * reopen::READ_OPENS;
+    assert_eq!(
+        m.get("sonic_probe_repeated_opens_total", &[("comm", &name), ("file_class", "model")]),
+        Some(read_opens as f64)
+    );
+    let f = d.findings();
+    let opens: Vec<_> = f.iter().filter(|v| v["kind"] == "repeated_open").collect();
+    assert_eq!(opens.len(), 1, "{f:#?}");
+    assert_eq!(opens[0]["path"], model.to_str().unwrap());
+    assert_eq!(opens[0]["count"], read_opens);
+    assert_eq!(opens[0]["bytes_read"], read_opens * reopen::FILE_SIZE);
+    // Sent with their paths: the read-write opens, and of the read-only
+    // ones the first (noted), the second (which makes the file's entry)
+    // and the first of the third burst (1.4 s later: a second or more
+    // after the last one sent); the others were counted in the kernel.
+    let sent = m.sum("sonic_probe_events_total", &[("kind", "syscall_path")]) as u64;
+    assert!((reopen::BURSTS + 2..=2 * reopen::BURSTS).contains(&sent), "{sent} openat events sent");
+    for s in m.matching("sonic_probe_events_dropped_total", &[]) {
+        assert_eq!(s.value, 0.0, "{:?}", s.labels);
+    }
+    // The kernel's count of the file's opens goes once the file has not
+    // been opened for 10 s (REOPEN_IDLE_NS), its opens all counted.
+    let reopens =
+        |m: &sonic_probe_tests::Metrics| m.get("sonic_probe_kernel_map_entries", &[("map", "reopens")]);
+    assert_eq!(reopens(&m), Some(1.0));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(12);
+    while reopens(&d.metrics()) != Some(0.0) {
+        assert!(std::time::Instant::now() < deadline, "the idle file's entry is still there");
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    let f = d.findings();
+    let opens: Vec<_> = f.iter().filter(|v| v["kind"] == "repeated_open").collect();
+    assert_eq!((opens.len(), &opens[0]["count"]), (1, &serde_json::json!(read_opens)), "{f:#?}");
+    assert!(done.join().unwrap().success());
     assert!(d.stop().success());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -62,11 +62,15 @@ fn a_flood_through_a_tiny_ring_buffer_is_accounted_exactly() {
     if !privileged("a_flood_through_a_tiny_ring_buffer_is_accounted_exactly") {
         return;
     }
-    // Every openat sends its path: 300000 of them cannot fit through a
-    // 4 KiB ring buffer, so the kernel drops some, and counts each one.
+    // Every read-write openat sends its path: 300000 of them cannot fit
+    // through a 4 KiB ring buffer, so the kernel drops some, and counts
+    // each one.
     const OPENS: u64 = 300_000;
-    let w =
-        Workload::start_command(Command::new(bench_bin()), None, &["openat", &OPENS.to_string(), "--wait"]);
+    let w = Workload::start_command(
+        Command::new(bench_bin()),
+        None,
+        &["openat-rw", &OPENS.to_string(), "--wait"],
+    );
     // No slow-call or stall events (the go read and the thread join are
     // slow) and no large-map events (the thread's malloc arena): only the
     // path events and the exit, so that `produced` is known exactly.

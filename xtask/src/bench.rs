@@ -46,13 +46,16 @@ use anyhow::{anyhow, bail, Context, Result};
 use crate::bpfstats::{self, Programs, Role};
 
 /// Calls measured, and how many of each per run.
-const CALLS: &[&str] = &["read", "read-file", "futex", "futex_wait", "openat", "mmap", "getppid"];
+/// openat reopens one file read-only (most opens counted in the kernel, not
+/// sent: files.h), openat-rw read-write (every open sent with its path).
+const CALLS: &[&str] =
+    &["read", "read-file", "futex", "futex_wait", "openat", "openat-rw", "mmap", "getppid"];
 
 /// Traced system calls per loop iteration of sp-bench CALL (openat and mmap
 /// close and unmap again; getppid is not traced).
 fn traced_per_iteration(call: &str) -> u64 {
     match call {
-        "openat" | "mmap" => 2,
+        "openat" | "openat-rw" | "mmap" => 2,
         "getppid" => 0,
         _ => 1,
     }
@@ -1117,8 +1120,10 @@ fn kernel_report(out: &mut String, extra: &Extra, tracers: &[Tracer], rounds: us
          run_cnt of each, BPF_ENABLE_STATS on only for these runs; {} iterations per sample, a round's \
          figure the median of its {} samples, the calls interleaved). The statistics' own clock \
          reads are in every figure alike (the floor's figure is mostly them); the scheduler and \
-         the neighbours are not. openat and mmap are the mean of the pair (openat+close, \
-         mmap+munmap), getppid is an untraced call (the programs return at once).\n",
+         the neighbours are not. openat, openat-rw and mmap are the mean of the pair (openat+close, \
+         mmap+munmap); openat reopens one file read-only (most opens counted in the kernel, not \
+         sent), openat-rw opens it read-write (every open sent with its path); getppid is an \
+         untraced call (the programs return at once).\n",
         kernel_iterations(smoke),
         kernel_repeats(smoke)
     );

@@ -164,7 +164,10 @@ impl Detector for MmapChurn {
                     return;
                 }
                 let path = if flags & libc::MAP_ANONYMOUS as u64 == 0 {
-                    input.files.get(c.tgid(), fd as u32).map(|f| f.path.clone())
+                    input
+                        .files
+                        .of_call(c.tgid(), fd as u32, c.raw.file_dev, c.raw.file_ino)
+                        .map(|f| f.path.clone())
                 } else {
                     None
                 };

@@ -57,6 +57,7 @@ use crate::{
 pub use files::{FileTable, FileTotals, KnownFile};
 pub use paths::{show_paths, PathDisplay};
 pub use service::FindingsService;
+use sonic_probe_common::OpenFile;
 pub use state::Evictions;
 
 pub use crate::workloads::WorkloadNames;
@@ -142,6 +143,9 @@ pub struct Input<'a> {
     pub cgroup: u64,
     /// For a file-close event: the file, as the descriptor table knew it.
     pub closed: Option<&'a KnownFile>,
+    /// For a successful openat: the opens it stands for (see
+    /// [`files::Observed::opens`]).
+    pub opens: u64,
     /// The descriptor table after this event.
     pub files: &'a FileTable,
 }
@@ -149,7 +153,7 @@ pub struct Input<'a> {
 /// A file still open now, with what has been read through it so far.
 #[derive(Debug, Clone)]
 pub struct LiveFile<'a> {
-    pub file: &'a KnownFile,
+    pub file: std::borrow::Cow<'a, KnownFile>,
     pub totals: FileTotals,
 }
 
@@ -170,6 +174,11 @@ pub trait Detector: Send {
     /// The findings it has just appended, as the engine completed them
     /// (their cgroups filled in).
     fn listed(&mut self, _records: &[Record]) {}
+    /// Opens the kernel counted without sending them (its reopens map,
+    /// read by the sweep): `opens` more read-only opens of `file`, the last
+    /// at `last_ns`; `cgroup` as [`Input::cgroup`].
+    fn reopened(&mut self, _file: &KnownFile, _opens: u64, _last_ns: u64, _cgroup: u64, _ev: &mut Evictions) {
+    }
     /// A process exited: its working state can go (its findings stay).
     fn exited(&mut self, _incarnation: u64) {}
     /// New thresholds and windows (SIGHUP): state and findings are kept.
@@ -312,6 +321,19 @@ pub struct Settings {
 /// half a second apart at the least.
 pub const RECUR_AFTER_NS: u64 = 400_000_000;
 
+/// A read-only open of a file within this long of the last one the kernel
+/// sent for the same process is counted in the kernel (the reopens map,
+/// files.h), not sent: the next sent open carries the count, and the
+/// daemon's sweep reads the counts in between, each with its last time.
+/// At most one open per second of a file per process costs the traced call
+/// a path read and an event; the repeated-open rule sees every open.
+pub const REOPEN_COUNT_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The sweep deletes a reopens entry whose opens it has all seen once the
+/// file has not been opened for this long (the next open is sent anyway,
+/// after [`REOPEN_COUNT_WINDOW`]): the map holds the files opened lately.
+pub const REOPEN_IDLE_NS: u64 = 10_000_000_000;
+
 /// Paths ignored by default: pseudo-files, and what the dynamic loader and
 /// the Python interpreter open (or probe for) on every start.
 pub const DEFAULT_IGNORE_PATHS: &[&str] = &[
@@ -439,8 +461,15 @@ impl Engine {
             }
             self.cgroups.insert(incarnation, cgroup);
         }
-        let closed = self.files.observe(event, incarnation);
-        let input = Input { event, incarnation, cgroup, closed: closed.as_ref(), files: &self.files };
+        let seen = self.files.observe(event, incarnation);
+        let input = Input {
+            event,
+            incarnation,
+            cgroup,
+            closed: seen.closed.as_ref(),
+            opens: seen.opens,
+            files: &self.files,
+        };
         for d in &mut self.detectors {
             d.observe(&input, &mut self.evictions);
         }
@@ -458,14 +487,41 @@ impl Engine {
         }
     }
 
+    /// The sweep read the kernel's reopens entry `id` (see
+    /// [`files::FileTable::reopened`]): its opens not counted yet reach the
+    /// detectors.
+    pub fn reopened(&mut self, id: files::ReopenId, total: u64, last_ns: u64) {
+        let Some((file, n)) = self.files.reopened(id, total) else { return };
+        let cgroup = self.cgroups.get(&file.incarnation).copied().unwrap_or(0);
+        for d in &mut self.detectors {
+            d.reopened(&file, n, last_ns, cgroup, &mut self.evictions);
+        }
+    }
+
+    /// Whether the table knows kernel reopens entries of process `tgid`.
+    pub fn has_reopened(&self, tgid: u32) -> bool {
+        self.files.has_reopened(tgid)
+    }
+
+    /// Whether the kernel's reopens entry `id` may be deleted (every open
+    /// of it counted); see [`files::FileTable::settle_reopened`].
+    pub fn settle_reopened(&mut self, id: files::ReopenId, total: u64, now_ns: u64) -> bool {
+        self.files.settle_reopened(id, total, now_ns)
+    }
+
+    /// Forgets the kernel's reopens entries deleted before `before_ns`.
+    pub fn expire_reopened(&mut self, before_ns: u64) {
+        self.files.expire_reopened(before_ns);
+    }
+
     /// Current findings, newest last-seen first. `live` are the kernel's
-    /// open-file entries ((tgid, fd) with their totals).
-    pub fn findings(&mut self, now_ns: u64, live: &[(u32, u32, u64, FileTotals)]) -> Vec<Finding> {
+    /// open-file entries (tgid, fd and the entry).
+    pub fn findings(&mut self, now_ns: u64, live: &[(u32, u32, OpenFile)]) -> Vec<Finding> {
         let live_files: Vec<LiveFile<'_>> = live
             .iter()
-            .filter_map(|&(tgid, fd, opened_ns, totals)| {
-                let file = self.files.get(tgid, fd)?;
-                (file.opened_ns == opened_ns).then_some(LiveFile { file, totals })
+            .filter_map(|(tgid, fd, f)| {
+                let file = self.files.resolve(*tgid, *fd, f.opened_ns, f.dev, f.ino)?;
+                Some(LiveFile { file: std::borrow::Cow::Owned(file), totals: FileTotals::from(f) })
             })
             .collect();
         let mut records = Vec::new();
@@ -575,6 +631,37 @@ pub(crate) mod testing {
         Event::Call(c)
     }
 
+    /// A read-only openat the kernel sent with its file's reopens totals:
+    /// the file (dev, ino) of reopens entry `created_ns`, opened `total`
+    /// times so far.
+    #[allow(clippy::too_many_arguments)]
+    pub fn openat_counted(
+        tgid: u32,
+        t: u64,
+        path: &str,
+        fd: i64,
+        class: u16,
+        (dev, ino): (u32, u64),
+        created_ns: u64,
+        total: u64,
+    ) -> Event {
+        let Event::Call(mut c) = openat(tgid, t, path, fd, class) else { unreachable!() };
+        c.raw.file_dev = dev;
+        c.raw.file_ino = ino;
+        c.raw.aux_kind = sonic_probe_common::AUX_OPEN_TOTAL;
+        c.raw.aux = [total, created_ns];
+        Event::Call(c)
+    }
+
+    /// A close (as [`close`]) of a descriptor of file (dev, ino).
+    #[allow(clippy::too_many_arguments)]
+    pub fn close_of(tgid: u32, t: u64, fd: u32, opened_ns: u64, (dev, ino): (u32, u64), bytes: u64) -> Event {
+        let Event::FileClosed(mut f) = close(tgid, t, fd, opened_ns, 1, bytes, 0, 0) else { unreachable!() };
+        f.raw.file.dev = dev;
+        f.raw.file.ino = ino;
+        Event::FileClosed(f)
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn close(
         tgid: u32,
@@ -597,6 +684,27 @@ pub(crate) mod testing {
         raw.file.small_read_bytes = small_requested;
         raw.file.mode = S_IFREG;
         Event::FileClosed(FileClosed { raw })
+    }
+
+    /// The kernel's open-file entries of [`super::Engine::findings`] from
+    /// (tgid, fd, opened_ns, totals) of regular files.
+    pub fn live(
+        entries: &[(u32, u32, u64, crate::findings::FileTotals)],
+    ) -> Vec<(u32, u32, sonic_probe_common::OpenFile)> {
+        entries
+            .iter()
+            .map(|&(tgid, fd, opened_ns, t)| {
+                let mut f = sonic_probe_common::OpenFile::zeroed();
+                f.opened_ns = opened_ns;
+                f.mode = S_IFREG;
+                f.reads = t.reads;
+                f.read_bytes = t.read_bytes;
+                f.small_reads = t.small_reads;
+                f.small_read_requested = t.small_read_requested;
+                f.small_read_bytes = t.small_read_bytes;
+                (tgid, fd, f)
+            })
+            .collect()
     }
 
     pub fn exit(tgid: u32, t: u64) -> Event {

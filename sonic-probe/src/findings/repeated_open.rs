@@ -25,8 +25,8 @@ use super::{
     path_patterns::PathPatterns,
     state::{tracked, StateMap},
     tally::Tally,
-    DetailKind, Detector, DetectorCounts, Evictions, Input, LiveFile, PathDisplay, Record, Registration,
-    RECUR_AFTER_NS,
+    DetailKind, Detector, DetectorCounts, Evictions, Input, KnownFile, LiveFile, PathDisplay, Record,
+    Registration, RECUR_AFTER_NS,
 };
 use crate::{
     events::Event,
@@ -149,6 +149,57 @@ impl RepeatedOpen {
     }
 }
 
+impl RepeatedOpen {
+    /// `n` read-only opens of regular file `file` (its process's
+    /// incarnation's), the last at `t`, counted under `cgroup`.
+    fn opened(&mut self, file: &KnownFile, t: u64, n: u64, cgroup: u64, evictions: &mut Evictions) {
+        let key = (file.incarnation, file.path.clone());
+        let new = (!self.paths.map.contains_key(&key)).then(|| key.clone());
+        let st = self.paths.map.entry(key).or_insert_with(|| PathState {
+            pid: file.tgid,
+            comm: file.comm.clone(),
+            class: file.class,
+            recent: VecDeque::new(),
+            opens: 0,
+            bytes_read: 0,
+            first_ns: t,
+            last_ns: t,
+            reported: false,
+        });
+        if !st.reported && t.saturating_sub(st.last_ns) > self.run_window_ns {
+            // An unreported run ended: start a new one. (A reported
+            // one keeps counting until it ages out.)
+            st.recent.clear();
+            st.opens = 0;
+            st.bytes_read = 0;
+            st.first_ns = t;
+        }
+        for _ in 0..n.min(MAX_TIMES as u64) {
+            st.recent.push_back(t);
+        }
+        while st.recent.front().is_some_and(|&f| t.saturating_sub(f) > self.run_window_ns)
+            || st.recent.len() > MAX_TIMES
+        {
+            st.recent.pop_front();
+        }
+        st.opens += n;
+        st.last_ns = t;
+        st.comm = file.comm.clone();
+        let class = file_class_name(st.class);
+        if st.reported {
+            self.counts.opens.add(&st.comm, cgroup, class, class, n);
+        } else if st.recent.len() as u64 >= self.min_count
+            && (self.verbose || st.recent.front().is_some_and(|&f| t.saturating_sub(f) >= RECUR_AFTER_NS))
+        {
+            st.reported = true;
+            self.counts.opens.add(&st.comm, cgroup, class, class, st.opens);
+        }
+        if let Some(key) = new {
+            self.paths.inserted(key, evictions);
+        }
+    }
+}
+
 impl Detector for RepeatedOpen {
     fn observe(&mut self, input: &Input<'_>, evictions: &mut Evictions) {
         match input.event {
@@ -162,48 +213,9 @@ impl Detector for RepeatedOpen {
                 {
                     return;
                 }
-                let t = c.raw.header.time_ns;
-                let key = (file.incarnation, file.path.clone());
-                let new = (!self.paths.map.contains_key(&key)).then(|| key.clone());
-                let st = self.paths.map.entry(key).or_insert_with(|| PathState {
-                    pid: c.tgid(),
-                    comm: file.comm.clone(),
-                    class: file.class,
-                    recent: VecDeque::new(),
-                    opens: 0,
-                    bytes_read: 0,
-                    first_ns: t,
-                    last_ns: t,
-                    reported: false,
-                });
-                if !st.reported && t.saturating_sub(st.last_ns) > self.run_window_ns {
-                    // An unreported run ended: start a new one. (A reported
-                    // one keeps counting until it ages out.)
-                    st.recent.clear();
-                    st.opens = 0;
-                    st.bytes_read = 0;
-                    st.first_ns = t;
-                }
-                st.recent.push_back(t);
-                while st.recent.front().is_some_and(|&f| t.saturating_sub(f) > self.run_window_ns)
-                    || st.recent.len() > MAX_TIMES
-                {
-                    st.recent.pop_front();
-                }
-                st.opens += 1;
-                st.last_ns = t;
-                st.comm = file.comm.clone();
-                let class = file_class_name(st.class);
-                if st.reported {
-                    self.counts.opens.add(&st.comm, input.cgroup, class, class, 1);
-                } else if st.recent.len() as u64 >= self.min_count
-                    && (self.verbose || st.recent.front().is_some_and(|&f| t - f >= RECUR_AFTER_NS))
-                {
-                    st.reported = true;
-                    self.counts.opens.add(&st.comm, input.cgroup, class, class, st.opens);
-                }
-                if let Some(key) = new {
-                    self.paths.inserted(key, evictions);
+                if input.opens > 0 {
+                    let file = file.clone();
+                    self.opened(&file, c.raw.header.time_ns, input.opens, input.cgroup, evictions);
                 }
             }
             Event::FileClosed(f) => {
@@ -215,6 +227,12 @@ impl Detector for RepeatedOpen {
                 }
             }
             _ => {}
+        }
+    }
+
+    fn reopened(&mut self, file: &KnownFile, opens: u64, last_ns: u64, cgroup: u64, ev: &mut Evictions) {
+        if file.is_regular() && !self.ignore.matches(&file.path) {
+            self.opened(file, last_ns, opens, cgroup, ev);
         }
     }
 
@@ -282,7 +300,7 @@ mod tests {
     }
 
     fn found(e: &mut Engine, now: u64, live: &[(u32, u32, u64, FileTotals)]) -> Vec<(u32, findings::Detail)> {
-        e.findings(now, live)
+        e.findings(now, &findings::testing::live(live))
             .into_iter()
             .filter(|f| f.detail.kind() == "repeated_open")
             .map(|f| (f.pid, f.detail))
@@ -313,6 +331,38 @@ mod tests {
             })
         );
         assert_eq!(counts::<Counts>(&e).opens.get("app", 0, "model"), 5);
+    }
+
+    #[test]
+    fn opens_the_kernel_counted_without_sending_them() {
+        // One open a second sent, the others (every 100 ms) counted in the
+        // kernel and read by the sweep: the same finding as every open sent.
+        let mut e = engine();
+        let file = (0x803, 42);
+        let path = "/models/sonic/lip_decoder.pth";
+        let mut total = 0;
+        for s in 1..=3u64 {
+            total += 1;
+            e.observe(&openat_counted(9, s * SEC, path, 3, MODEL, file, SEC, total));
+            e.observe(&close_of(9, s * SEC + 1000, 3, s * SEC, file, 10));
+            for k in 1..10u64 {
+                let t = s * SEC + k * SEC / 10;
+                total += 1;
+                e.observe(&close_of(9, t + 1000, 4, t, file, 10));
+            }
+            e.reopened((9, file.0, file.1, SEC), total, s * SEC + 9 * SEC / 10);
+        }
+        let f = found(&mut e, 5 * SEC, &[]);
+        assert_eq!(f.len(), 1);
+        let findings::Detail::RepeatedOpen(d) = &f[0].1 else { panic!("{f:?}") };
+        assert_eq!((d.path.as_str(), d.count, d.bytes_read), (path, 30, 300));
+        assert_eq!(counts::<Counts>(&e).opens.get("app", 0, "model"), 30);
+        // A start-up's burst, one sent and the rest counted within
+        // milliseconds: not a recurring problem.
+        let mut e = engine();
+        e.observe(&openat_counted(9, SEC, "/usr/share/locale/locale.alias", 3, 0, file, SEC, 1));
+        e.reopened((9, file.0, file.1, SEC), 6, SEC + 5_000_000);
+        assert!(found(&mut e, 2 * SEC, &[]).is_empty());
     }
 
     #[test]

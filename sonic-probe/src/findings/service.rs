@@ -2,7 +2,7 @@
 //! asked by GET /findings and by the metrics exporter, and kept in step with
 //! the kernel's descriptor table by a periodic sweep.
 //!
-//! Lock order, everywhere: open files, then engine.
+//! Lock order, everywhere: open files, then engine; reopens, then engine.
 
 use std::{
     collections::HashMap,
@@ -11,10 +11,10 @@ use std::{
 
 use sonic_probe_common::{EventHeader, FileCloseEvent, EVENT_FILE_CLOSE};
 
-use super::{monotonic_ns, DetectorMetrics, Engine, FileTotals, Finding, Settings};
+use super::{monotonic_ns, DetectorMetrics, Engine, Finding, Settings, REOPEN_IDLE_NS};
 use crate::{
     events::{Event, FileClosed, ProcessKind},
-    probe::OpenFiles,
+    probe::{OpenFiles, ReopenCounts},
     procfs,
     workloads::Workloads,
 };
@@ -23,6 +23,8 @@ use crate::{
 pub struct FindingsService {
     engine: Arc<Mutex<Engine>>,
     open_files: Arc<Mutex<OpenFiles>>,
+    /// The kernel's count of repeated opens (None: every open is sent).
+    reopens: Option<Arc<Mutex<ReopenCounts>>>,
     /// Processes whose kernel descriptor entries are stale: tgid -> the
     /// exec time (entries opened before it are stale) or None (it exited).
     stale: Arc<Mutex<HashMap<u32, Option<u64>>>>,
@@ -35,10 +37,16 @@ fn is_regular(mode: u16) -> bool {
 }
 
 impl FindingsService {
-    pub fn new(settings: &Settings, open_files: OpenFiles, workloads: Arc<Mutex<Workloads>>) -> Self {
+    pub fn new(
+        settings: &Settings,
+        open_files: OpenFiles,
+        reopens: Option<ReopenCounts>,
+        workloads: Arc<Mutex<Workloads>>,
+    ) -> Self {
         FindingsService {
             engine: Arc::new(Mutex::new(Engine::new(settings))),
             open_files: Arc::new(Mutex::new(open_files)),
+            reopens: reopens.map(|r| Arc::new(Mutex::new(r))),
             stale: Arc::new(Mutex::new(HashMap::new())),
             workloads,
         }
@@ -51,6 +59,11 @@ impl FindingsService {
                 ProcessKind::Exit => None,
                 ProcessKind::Fork => return self.engine.lock().expect("engine lock").observe(event),
             };
+            // The opens the kernel counted for the program that ends here
+            // reach the detectors before its end does (they end its runs).
+            if self.engine.lock().expect("engine lock").has_reopened(p.tgid()) {
+                self.count_reopens();
+            }
             self.stale.lock().expect("stale lock").insert(p.tgid(), when);
         }
         self.engine.lock().expect("engine lock").observe(event);
@@ -58,13 +71,13 @@ impl FindingsService {
 
     /// Current findings and the detectors' counters.
     pub fn current(&self) -> (Vec<Finding>, DetectorMetrics) {
-        let live: Vec<(u32, u32, u64, FileTotals)> = {
+        let live: Vec<(u32, u32, sonic_probe_common::OpenFile)> = {
             let files = self.open_files.lock().expect("open files lock");
             files
                 .entries()
                 .into_iter()
                 .filter(|(_, f)| f.opened_ns != 0 && is_regular(f.mode))
-                .map(|(k, f)| (k.tgid, k.fd, f.opened_ns, FileTotals::from(&f)))
+                .map(|(k, f)| (k.tgid, k.fd, f))
                 .collect()
         };
         let mut engine = self.engine.lock().expect("engine lock");
@@ -79,9 +92,12 @@ impl FindingsService {
 
     /// Deletes the kernel's entries of processes that exec'd or are gone;
     /// what was read through their regular files reaches the detectors as
-    /// if they had been closed.
+    /// if they had been closed. First the opens the kernel counted without
+    /// sending them reach the detectors (while the processes that made
+    /// them are still known).
     pub fn sweep(&self) {
         let stale = std::mem::take(&mut *self.stale.lock().expect("stale lock"));
+        self.sweep_reopens(&stale);
         let mut alive: HashMap<u32, bool> = HashMap::new();
         let mut files = self.open_files.lock().expect("open files lock");
         let gone = files.sweep(
@@ -119,8 +135,50 @@ impl FindingsService {
         }
     }
 
+    /// The opens the kernel's reopens entries counted that the detectors
+    /// have not seen reach them.
+    fn count_reopens(&self) {
+        let Some(reopens) = &self.reopens else { return };
+        let reopens = reopens.lock().expect("reopens lock");
+        let entries = reopens.entries();
+        let mut engine = self.engine.lock().expect("engine lock");
+        for (k, v) in &entries {
+            engine.reopened((k.tgid, k.dev, k.ino, v.created_ns), v.opens, v.last_ns);
+        }
+    }
+
+    /// Reads the kernel's reopens entries: their opens not counted yet
+    /// reach the detectors; those of files not opened for REOPEN_IDLE_NS,
+    /// and those of processes in `stale` (that exited, or exec'd after the
+    /// entry's last open), all counted, are deleted.
+    fn sweep_reopens(&self, stale: &HashMap<u32, Option<u64>>) {
+        let Some(reopens) = &self.reopens else { return };
+        let mut reopens = reopens.lock().expect("reopens lock");
+        let entries = reopens.entries();
+        let now = monotonic_ns();
+        let mut engine = self.engine.lock().expect("engine lock");
+        for (k, v) in &entries {
+            let id = (k.tgid, k.dev, k.ino, v.created_ns);
+            engine.reopened(id, v.opens, v.last_ns);
+            let done = match stale.get(&k.tgid) {
+                Some(None) => true,
+                Some(Some(exec_ns)) => v.last_ns < *exec_ns,
+                None => now.saturating_sub(v.last_ns.max(v.sent_ns)) >= REOPEN_IDLE_NS,
+            };
+            if done && engine.settle_reopened(id, v.opens, now) {
+                reopens.remove(k);
+            }
+        }
+        engine.expire_reopened(now.saturating_sub(REOPEN_IDLE_NS));
+    }
+
     pub fn reconfigure(&self, settings: &Settings) {
         self.engine.lock().expect("engine lock").reconfigure(settings);
+    }
+
+    /// Entries of the kernel's reopens map (0 if it is not used).
+    pub fn reopen_entries(&self) -> usize {
+        self.reopens.as_ref().map_or(0, |r| r.lock().expect("reopens lock").len())
     }
 
     pub fn open_file_entries(&self) -> usize {

@@ -317,7 +317,7 @@ mod tests {
     const AUDIO: u16 = 3;
 
     fn found(e: &mut Engine, now: u64, live: &[(u32, u32, u64, FileTotals)]) -> Vec<findings::Detail> {
-        e.findings(now, live)
+        e.findings(now, &findings::testing::live(live))
             .into_iter()
             .filter(|f| f.detail.kind() == "small_reads")
             .map(|f| f.detail)

@@ -201,7 +201,11 @@ impl Detector for SyscallErrors {
         // A read or mmap through a descriptor of an ignored path.
         if matches!(c.raw.syscall, syscalls::READ | syscalls::MMAP) {
             let fd = c.raw.args[if c.raw.syscall == syscalls::READ { 0 } else { 4 }];
-            if input.files.get(c.tgid(), fd as u32).is_some_and(|f| ignored(&f.path)) {
+            if input
+                .files
+                .of_call(c.tgid(), fd as u32, c.raw.file_dev, c.raw.file_ino)
+                .is_some_and(|f| ignored(&f.path))
+            {
                 return;
             }
         }

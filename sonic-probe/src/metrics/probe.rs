@@ -226,6 +226,7 @@ impl Collector for ProbeCollector {
                 gauge(&[("map", "stats_slots")], entries.slotted as f64),
                 gauge(&[("map", "syscall_errors")], entries.errors as f64),
                 gauge(&[("map", "open_files")], self.findings.open_file_entries() as f64),
+                gauge(&[("map", "reopens")], self.findings.reopen_entries() as f64),
             ]
             .into_iter()
             // Only where per-thread state is a hash (entry_state=thread_map).

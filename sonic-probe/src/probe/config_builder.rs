@@ -69,6 +69,14 @@ impl ProbeConfigBuilder {
         self
     }
 
+    /// A read-only open of a regular file within `window` of the last sent
+    /// open of that file by that process is counted in the reopens map,
+    /// not sent (files.h). Off unless called: every open is sent.
+    pub fn count_reopens(mut self, window: Duration) -> Self {
+        self.config.reopen_coalesce_ns = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+        self
+    }
+
     /// Calls lasting at least `threshold` are sent as events.
     pub fn slow_calls(mut self, threshold: Duration) -> Self {
         self.config.slow_call_ns = u64::try_from(threshold.as_nanos()).unwrap_or(u64::MAX);
@@ -128,6 +136,7 @@ mod tests {
             (0, 0, 0, 0, 0, 0),
             "nothing traced, nothing sent"
         );
+        assert_eq!(c.reopen_coalesce_ns, 0, "every open sent");
     }
 
     #[test]
@@ -138,11 +147,13 @@ mod tests {
             .wakeup_at(1 << 20, 8)
             .workload_cgroups(true)
             .with_paths()
+            .count_reopens(Duration::from_secs(1))
             .build();
         assert_eq!((c.filter_flags, c.cgroup_levels), (1, 0b100));
         assert_eq!(c.slow_call_ns, 5_000_000);
         assert_eq!(c.wakeup_bytes, 1 << 17);
         assert_eq!((c.workload_cgroups, c.path_events), (1, 1));
+        assert_eq!(c.reopen_coalesce_ns, 1_000_000_000);
         assert_eq!(ProbeConfigBuilder::new().slow_calls(Duration::MAX).build().slow_call_ns, u64::MAX);
     }
 }

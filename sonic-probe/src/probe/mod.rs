@@ -9,6 +9,7 @@
 mod config_builder;
 mod features;
 mod open_files;
+mod reopens;
 mod target_maps;
 
 use std::os::fd::OwnedFd;
@@ -28,6 +29,7 @@ use sonic_probe_ebpf::{maps, ProgramGroup, Variant, PROGRAMS};
 pub use config_builder::ProbeConfigBuilder;
 pub use features::{Fallbacks, KernelFeatures, FALLBACK_ENV};
 pub use open_files::OpenFiles;
+pub use reopens::ReopenCounts;
 pub use target_maps::TargetMaps;
 
 #[derive(Debug, thiserror::Error)]
@@ -291,6 +293,12 @@ impl Probe {
         let generation = Array::try_from(take(&mut self.ebpf, maps::FD_CLASS_GENERATION)?)
             .map_err(map_err(maps::FD_CLASS_GENERATION))?;
         Ok(OpenFiles::new(map, generation))
+    }
+
+    /// The kernel's count of repeated opens (call once).
+    pub fn take_reopens(&mut self) -> Result<ReopenCounts, ProbeError> {
+        let map = HashMap::try_from(take(&mut self.ebpf, maps::REOPENS)?).map_err(map_err(maps::REOPENS))?;
+        Ok(ReopenCounts::new(map))
     }
 
     /// The futex waits in progress (futex_waiting, filled only while

@@ -7,7 +7,9 @@
 //!              at its end (traced; an lseek, not traced, every 1025 reads):
 //!              the small-read accounting of scenario 3
 //!   futex      FUTEX_WAKE with no waiter          (traced)
-//!   openat     openat + close of a regular file   (traced, two calls)
+//!   openat     openat + close of a regular file   (traced, two calls):
+//!              read-only, so most are counted in the kernel, not sent
+//!   openat-rw  the same opened read-write: every open sent with its path
 //!   mmap       mmap + munmap of 64 KiB            (traced, two calls)
 //!   getppid    getppid                            (not traced)
 //! With --rate it paces itself to that many calls per second (per thread);
@@ -103,12 +105,13 @@ fn bench(call: &str, n: u64, rate: Option<u64>) -> (Duration, u64) {
                 });
                 (t, n)
             }
-            "openat" => {
+            "openat" | "openat-rw" => {
                 let path = CString::new(format!("/tmp/sp-bench-{}", std::process::id())).unwrap();
                 let fd = libc::open(path.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o600);
                 libc::close(fd);
+                let flags = if call == "openat" { libc::O_RDONLY } else { libc::O_RDWR };
                 let t = run(n, rate, || {
-                    let fd = libc::open(path.as_ptr(), libc::O_RDONLY);
+                    let fd = libc::open(path.as_ptr(), flags);
                     libc::close(fd);
                 });
                 libc::unlink(path.as_ptr());

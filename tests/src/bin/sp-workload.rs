@@ -27,6 +27,10 @@
 //!   fdexec PATH                a close-on-exec pipe read at one number,
 //!                              then exec, and PATH dup2'd onto that number
 //!                              and read (see workload::fdexec)
+//!   reopen PATH HOLD_MS        PATH opened read-only, read and closed
+//!                              again and again, in bursts, and opened
+//!                              read-write once a burst (see
+//!                              workload::reopen); then HOLD_MS ms idle
 //!   idle                       nothing after the go signal
 //!
 //! Calls go straight to libc (no allocation, no std I/O) after the go
@@ -34,7 +38,7 @@
 
 use std::ffi::CString;
 
-use sonic_probe_tests::workload::{exact, fdexec, fdreuse, io};
+use sonic_probe_tests::workload::{exact, fdexec, fdreuse, io, reopen};
 
 static mut BUF: [u8; 4096] = [0; 4096];
 
@@ -215,7 +219,7 @@ fn main() {
         "stall" => (0, 0, 0, num(2)),
         "rename" => (0, 0, num(2), 0),
         "names" => (0, 0, num(2), 0),
-        "exact" | "idle" | "io" | "fdreuse" | "fdexec" | "fdexec-after" => (0, 0, 0, 0),
+        "exact" | "idle" | "io" | "fdreuse" | "fdexec" | "fdexec-after" | "reopen" => (0, 0, 0, 0),
         other => die(&format!("unknown mode {other}")),
     };
     let io_path = CString::new(args.get(1).cloned().unwrap_or_default()).unwrap_or_else(|_| die("bad path"));
@@ -411,6 +415,31 @@ fn main() {
                 libc::ioctl(-1, libc::FIONREAD, &mut n);
             }
             libc::close(fd);
+        },
+        "reopen" => unsafe {
+            for burst in 0..reopen::BURSTS {
+                if burst > 0 {
+                    let ms = reopen::GAP_MS as libc::c_long;
+                    let ts = libc::timespec { tv_sec: 0, tv_nsec: ms * 1_000_000 };
+                    libc::nanosleep(&ts, std::ptr::null_mut());
+                }
+                for _ in 0..reopen::READ_OPENS {
+                    let fd = libc::open(io_path.as_ptr(), libc::O_RDONLY);
+                    if fd < 0 {
+                        die(&format!("open {}: {}", args[1], std::io::Error::last_os_error()));
+                    }
+                    libc::read(fd, buf(), reopen::FILE_SIZE as usize);
+                    libc::close(fd);
+                }
+                let fd = libc::open(io_path.as_ptr(), libc::O_RDWR);
+                libc::close(fd);
+            }
+            let hold = num(2);
+            let ts = libc::timespec {
+                tv_sec: (hold / 1000) as libc::time_t,
+                tv_nsec: ((hold % 1000) * 1_000_000) as libc::c_long,
+            };
+            libc::nanosleep(&ts, std::ptr::null_mut());
         },
         "fdreuse" => unsafe {
             // A pipe read PIPE_READS times (1 byte each); returns its read end.
