@@ -23,6 +23,7 @@
 //! not sent is named by its file (device and inode).
 
 use std::{
+    borrow::Cow,
     collections::{BTreeMap, HashMap},
     sync::Arc,
 };
@@ -91,6 +92,11 @@ pub const MAX_REOPENED: usize = 2 * sonic_probe_common::MAX_REOPENS as usize;
 
 /// A kernel reopens entry: (tgid, dev, ino, created_ns).
 pub type ReopenId = (u32, u32, u64, u64);
+
+/// The ids of every reopens entry of process `tgid`.
+fn of_process(tgid: u32) -> std::ops::RangeInclusive<ReopenId> {
+    (tgid, 0, 0, 0)..=(tgid, u32::MAX, u64::MAX, u64::MAX)
+}
 
 /// One reopens entry of the kernel as the table knows it.
 #[derive(Debug, Clone)]
@@ -199,7 +205,7 @@ impl FileTable {
 
     /// Whether it knows reopens entries of process `tgid`.
     pub fn has_reopened(&self, tgid: u32) -> bool {
-        self.reopened.range((tgid, 0, 0, 0)..=(tgid, u32::MAX, u64::MAX, u64::MAX)).next().is_some()
+        self.reopened.range(of_process(tgid)).next().is_some()
     }
 
     /// Whether every open of reopens entry `id` is counted (or it can't
@@ -230,6 +236,13 @@ impl FileTable {
             .map(|(_, r)| &r.file)
     }
 
+    /// Descriptor `fd` of process `tgid`, opened at `opened_ns` by an open
+    /// the kernel counted and did not send, as the sent opens of its file
+    /// (dev, ino) named it.
+    fn counted_open(&self, tgid: u32, fd: u32, opened_ns: u64, dev: u32, ino: u64) -> Option<KnownFile> {
+        self.by_inode(tgid, dev, ino).map(|k| KnownFile { fd, opened_ns, ..k.clone() })
+    }
+
     /// The file a call's descriptor `fd` is, the call's event naming it
     /// as (dev, ino) (ino 0: not named): as the descriptor's sent open
     /// named it if that is the same file, else as the sent opens of the
@@ -244,11 +257,18 @@ impl FileTable {
 
     /// The file a descriptor open now is: (tgid, fd, opened_ns) as its
     /// open was sent, else the file (dev, ino) as other opens of it were.
-    pub fn resolve(&self, tgid: u32, fd: u32, opened_ns: u64, dev: u32, ino: u64) -> Option<KnownFile> {
-        if let Some(k) = self.get(tgid, fd).filter(|k| k.opened_ns == opened_ns) {
-            return Some(k.clone());
+    pub fn resolve(
+        &self,
+        tgid: u32,
+        fd: u32,
+        opened_ns: u64,
+        dev: u32,
+        ino: u64,
+    ) -> Option<Cow<'_, KnownFile>> {
+        match self.get(tgid, fd).filter(|k| k.opened_ns == opened_ns) {
+            Some(k) => Some(Cow::Borrowed(k)),
+            None => self.counted_open(tgid, fd, opened_ns, dev, ino).map(Cow::Owned),
         }
-        self.by_inode(tgid, dev, ino).map(|k| KnownFile { fd, opened_ns, ..k.clone() })
     }
 
     /// The file a close, exec or exit event is done with.
@@ -266,17 +286,14 @@ impl FileTable {
                         return fds.remove(&fd);
                     }
                 }
-                // An open the kernel counted and did not send.
-                let k = self.by_inode(tgid, f.raw.file.dev, f.raw.file.ino)?;
-                Some(KnownFile { fd, opened_ns: opened, ..k.clone() })
+                self.counted_open(tgid, fd, opened, f.raw.file.dev, f.raw.file.ino)
             }
             Event::Process(p) if p.kind != ProcessKind::Fork => {
                 let tgid = p.tgid();
                 for (fd, k) in self.by_process.remove(&tgid).unwrap_or_default() {
                     self.retired.insert((k.tgid, fd, k.opened_ns), k);
                 }
-                for (_, r) in self.reopened.range_mut((tgid, 0, 0, 0)..=(tgid, u32::MAX, u64::MAX, u64::MAX))
-                {
+                for (_, r) in self.reopened.range_mut(of_process(tgid)) {
                     r.retired = true;
                 }
                 None
@@ -300,12 +317,8 @@ impl FileTable {
         let before = self.retired.len();
         self.retired.retain(|&(t, _, _), _| t != tgid);
         self.len -= before - self.retired.len();
-        let ids: Vec<ReopenId> = self
-            .reopened
-            .range((tgid, 0, 0, 0)..=(tgid, u32::MAX, u64::MAX, u64::MAX))
-            .filter(|(_, r)| r.retired)
-            .map(|(id, _)| *id)
-            .collect();
+        let ids: Vec<ReopenId> =
+            self.reopened.range(of_process(tgid)).filter(|(_, r)| r.retired).map(|(id, _)| *id).collect();
         for id in ids {
             self.reopened.remove(&id);
         }

@@ -521,7 +521,7 @@ impl Engine {
             .iter()
             .filter_map(|(tgid, fd, f)| {
                 let file = self.files.resolve(*tgid, *fd, f.opened_ns, f.dev, f.ino)?;
-                Some(LiveFile { file: std::borrow::Cow::Owned(file), totals: FileTotals::from(f) })
+                Some(LiveFile { file, totals: FileTotals::from(f) })
             })
             .collect();
         let mut records = Vec::new();

@@ -214,8 +214,7 @@ impl Detector for RepeatedOpen {
                     return;
                 }
                 if input.opens > 0 {
-                    let file = file.clone();
-                    self.opened(&file, c.raw.header.time_ns, input.opens, input.cgroup, evictions);
+                    self.opened(file, c.raw.header.time_ns, input.opens, input.cgroup, evictions);
                 }
             }
             Event::FileClosed(f) => {

@@ -9,7 +9,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use sonic_probe_common::{EventHeader, FileCloseEvent, EVENT_FILE_CLOSE};
+use sonic_probe_common::{EventHeader, FileCloseEvent, ReopenKey, Reopens, EVENT_FILE_CLOSE};
 
 use super::{monotonic_ns, DetectorMetrics, Engine, Finding, Settings, REOPEN_IDLE_NS};
 use crate::{
@@ -138,38 +138,39 @@ impl FindingsService {
     /// The opens the kernel's reopens entries counted that the detectors
     /// have not seen reach them.
     fn count_reopens(&self) {
-        let Some(reopens) = &self.reopens else { return };
-        let reopens = reopens.lock().expect("reopens lock");
-        let entries = reopens.entries();
-        let mut engine = self.engine.lock().expect("engine lock");
-        for (k, v) in &entries {
-            engine.reopened((k.tgid, k.dev, k.ino, v.created_ns), v.opens, v.last_ns);
-        }
+        self.read_reopens(|_, _, _| false);
     }
 
-    /// Reads the kernel's reopens entries: their opens not counted yet
-    /// reach the detectors; those of files not opened for REOPEN_IDLE_NS,
-    /// and those of processes in `stale` (that exited, or exec'd after the
-    /// entry's last open), all counted, are deleted.
+    /// Counts the kernel's reopens entries' opens (as count_reopens), then
+    /// deletes those of files not opened for REOPEN_IDLE_NS and those of
+    /// processes in `stale` (that exited, or exec'd after the entry's last
+    /// open), all their opens counted.
     fn sweep_reopens(&self, stale: &HashMap<u32, Option<u64>>) {
-        let Some(reopens) = &self.reopens else { return };
+        let now = self.read_reopens(|k, v, now| match stale.get(&k.tgid) {
+            Some(None) => true,
+            Some(Some(exec_ns)) => v.last_ns < *exec_ns,
+            None => now.saturating_sub(v.last_ns.max(v.sent_ns)) >= REOPEN_IDLE_NS,
+        });
+        self.engine.lock().expect("engine lock").expire_reopened(now.saturating_sub(REOPEN_IDLE_NS));
+    }
+
+    /// Reads every reopens entry: its opens not counted yet reach the
+    /// detectors, and it is deleted if `done(key, entry, now)` and all
+    /// its opens are counted. Returns `now`.
+    fn read_reopens(&self, done: impl Fn(&ReopenKey, &Reopens, u64) -> bool) -> u64 {
+        let now = monotonic_ns();
+        let Some(reopens) = &self.reopens else { return now };
         let mut reopens = reopens.lock().expect("reopens lock");
         let entries = reopens.entries();
-        let now = monotonic_ns();
         let mut engine = self.engine.lock().expect("engine lock");
         for (k, v) in &entries {
             let id = (k.tgid, k.dev, k.ino, v.created_ns);
             engine.reopened(id, v.opens, v.last_ns);
-            let done = match stale.get(&k.tgid) {
-                Some(None) => true,
-                Some(Some(exec_ns)) => v.last_ns < *exec_ns,
-                None => now.saturating_sub(v.last_ns.max(v.sent_ns)) >= REOPEN_IDLE_NS,
-            };
-            if done && engine.settle_reopened(id, v.opens, now) {
+            if done(k, v, now) && engine.settle_reopened(id, v.opens, now) {
                 reopens.remove(k);
             }
         }
-        engine.expire_reopened(now.saturating_sub(REOPEN_IDLE_NS));
+        now
     }
 
     pub fn reconfigure(&self, settings: &Settings) {
