@@ -522,6 +522,60 @@ fn repeated_opens_counted_in_the_kernel_are_all_seen() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The whole host watched, two processes of one name reopening one file at
+/// the same time: each process's opens are counted apart (the kernel keys
+/// them by process) and the finding, merged over the two, has them all.
+#[test]
+fn two_services_of_one_name_reopening_one_file_are_counted_apart() {
+    if !privileged("two_services_of_one_name_reopening_one_file_are_counted_apart") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(unique_name("spr2"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("decoder.pth");
+    std::fs::write(&model, vec![5u8; reopen::FILE_SIZE as usize]).unwrap();
+    let name = unique_name("spr2");
+    let ws: Vec<Workload> =
+        (0..2).map(|_| Workload::start(Some(&name), &["reopen", model.to_str().unwrap(), "0"])).collect();
+    let pids: Vec<u64> = ws.iter().map(|w| u64::from(w.pid())).collect();
+    let d = Daemon::start(&[]);
+    let runs: Vec<_> = ws.into_iter().map(|w| std::thread::spawn(move || w.go())).collect();
+    for r in runs {
+        assert!(r.join().unwrap().success());
+    }
+    // The sweep (every second) has seen the exits, and what was counted.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let m = d.metrics();
+    let read_opens = reopen::BURSTS * reopen::READ_OPENS;
+    assert_eq!(m.calls("openat", &name), 2 * reopen::OPENAT);
+    let f = d.findings();
+    assert_eq!(
+        m.get("sonic_probe_repeated_opens_total", &[("comm", &name), ("file_class", "model")]),
+        Some((2 * read_opens) as f64),
+        "{f:#?} {}",
+        m.text
+    );
+    let opens: Vec<_> =
+        f.iter().filter(|v| v["kind"] == "repeated_open" && v["path"] == model.to_str().unwrap()).collect();
+    assert_eq!(opens.len(), 1, "{f:#?}");
+    assert_eq!(
+        (&opens[0]["count"], &opens[0]["processes"]),
+        (&serde_json::json!(2 * read_opens), &serde_json::json!(2))
+    );
+    assert_eq!(opens[0]["bytes_read"], 2 * read_opens * reopen::FILE_SIZE);
+    let mut found: Vec<u64> =
+        opens[0]["pids"].as_array().unwrap().iter().filter_map(|p| p.as_u64()).collect();
+    found.sort();
+    let mut want = pids.clone();
+    want.sort();
+    assert_eq!(found, want);
+    for s in m.matching("sonic_probe_events_dropped_total", &[]) {
+        assert_eq!(s.value, 0.0, "{:?}", s.labels);
+    }
+    assert!(d.stop().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The programs keep what a socket or pipe descriptor is in a cache
 /// (fd_class_cache); a number that becomes another file, by a close and a
 /// dup2 or by a close_range and an open, is classed by what it is now.

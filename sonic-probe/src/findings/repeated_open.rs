@@ -100,7 +100,8 @@ impl DetectorCounts for Counts {
     }
 }
 
-/// Open times remembered per path (the window needs only `min_count`).
+/// Open times remembered per path within the window, the oldest first
+/// (the rule needs `min_count` of them and the first one's time).
 const MAX_TIMES: usize = 64;
 
 struct PathState {
@@ -174,14 +175,15 @@ impl RepeatedOpen {
             st.bytes_read = 0;
             st.first_ns = t;
         }
-        for _ in 0..n.min(MAX_TIMES as u64) {
-            st.recent.push_back(t);
-        }
-        while st.recent.front().is_some_and(|&f| t.saturating_sub(f) > self.run_window_ns)
-            || st.recent.len() > MAX_TIMES
-        {
+        while st.recent.front().is_some_and(|&f| t.saturating_sub(f) > self.run_window_ns) {
             st.recent.pop_front();
         }
+        // The oldest times are kept, the newest dropped when it is full: the
+        // rule asks how long ago the first open within the window was, and
+        // a burst (many opens the kernel counted, read at one time) must
+        // not push it out.
+        let room = MAX_TIMES - st.recent.len();
+        st.recent.extend(std::iter::repeat_n(t, n.min(room as u64) as usize));
         st.opens += n;
         st.last_ns = t;
         st.comm = file.comm.clone();
@@ -356,6 +358,19 @@ mod tests {
         let findings::Detail::RepeatedOpen(d) = &f[0].1 else { panic!("{f:?}") };
         assert_eq!((d.path.as_str(), d.count, d.bytes_read), (path, 30, 300));
         assert_eq!(counts::<Counts>(&e).opens.get("app", 0, "model"), 30);
+        // Bursts of hundreds of opens, each read by the sweep at once (the
+        // MAX_TIMES newest times would all be the burst's): the first
+        // open's time is kept, so the run is seen to recur.
+        let mut e = engine();
+        e.observe(&openat_counted(9, SEC, path, 3, MODEL, file, SEC, 1));
+        e.observe(&openat_counted(9, SEC + 1_000_000, path, 3, MODEL, file, SEC, 2));
+        for (k, total) in [(1u64, 400u64), (8, 800), (15, 1200)] {
+            e.reopened((9, file.0, file.1, SEC), total, SEC + k * SEC / 10);
+        }
+        let f = found(&mut e, 3 * SEC, &[]);
+        let [(_, findings::Detail::RepeatedOpen(d))] = f.as_slice() else { panic!("{f:?}") };
+        assert_eq!(d.count, 1200);
+        assert_eq!(counts::<Counts>(&e).opens.get("app", 0, "model"), 1200);
         // A start-up's burst, one sent and the rest counted within
         // milliseconds: not a recurring problem.
         let mut e = engine();

@@ -103,7 +103,7 @@
 //! 16.8 s on 6.1 there, 7-15 s of it in the kernel). Since then sys_exit
 //! verifies in 179,147 instructions instead of 436,503 (log2.h and
 //! futex.h say how; 9.1 s for that attach on 6.1), and the plan leaves out
-//! four tests of user space only (38 tests).
+//! four tests of user space only (39 tests).
 
 mod binaries;
 mod guest;
@@ -153,6 +153,7 @@ const PLAN: &[(&str, &[&str])] = &[
             "reused_descriptor_numbers_are_classed_by_their_new_file",
             "a_descriptor_number_reused_after_exec_is_classed_by_its_new_file",
             "repeated_opens_counted_in_the_kernel_are_all_seen",
+            "two_services_of_one_name_reopening_one_file_are_counted_apart",
         ],
     ),
     (
