@@ -14,11 +14,11 @@ use std::path::Path;
 use clap::Parser;
 use libfuzzer_sys::fuzz_target;
 use sonic_probe::{
-    cli::{Cli, Command},
+    config::cli::{Cli, Command},
     config::{RunConfig, MAX_COMM_LABELS, MAX_RINGBUF_BYTES, MIN_RINGBUF_BYTES},
-    config_file,
+    config::file,
     error::Error,
-    options::RunArgs,
+    config::options::RunArgs,
 };
 
 const PATH: &str = "/etc/sonic-probe/config.toml";

@@ -127,7 +127,7 @@ impl Endpoint {
         if roots.is_empty() {
             return Err(Error::usage(format!("{flag} {}: no CA certificate in it", ca.display())));
         }
-        let builder = rustls::ClientConfig::builder_with_provider(crate::web_config::crypto_provider())
+        let builder = rustls::ClientConfig::builder_with_provider(crate::web::web_config::crypto_provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| Error::usage(format!("TLS: {e}")))?
             .with_root_certificates(roots);

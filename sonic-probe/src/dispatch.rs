@@ -1,5 +1,5 @@
 //! The one place where a parsed command line becomes a command's run and
-//! its result an exit code. It sits on top of every command (`cli.rs` only
+//! its result an exit code. It sits on top of every command (`config/cli.rs` only
 //! describes the arguments), so nothing imports it but `main.rs`.
 
 use std::process::ExitCode;
@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::{
-    cli::{Cli, Command},
+    config::cli::{Cli, Command},
     logging::{init_logging, one_line},
 };
 
@@ -25,9 +25,9 @@ pub fn main() -> ExitCode {
     }
     let result = match cli.command {
         // run reads its log level from the config file too.
-        Command::Run(args) => crate::daemon::run(args, cli.log_level).map(|()| ExitCode::SUCCESS),
+        Command::Run(args) => crate::run::run(args, cli.log_level).map(|()| ExitCode::SUCCESS),
         Command::Trace(args) => crate::trace::run(args),
-        Command::CheckConfig(args) => crate::daemon::check_config(&args).map(|()| ExitCode::SUCCESS),
+        Command::CheckConfig(args) => crate::run::check_config(&args).map(|()| ExitCode::SUCCESS),
         Command::Findings(args) => {
             let options = crate::client::ClientOptions {
                 ca_file: args.ca_file,

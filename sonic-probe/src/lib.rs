@@ -1,39 +1,40 @@
 //! sonic-probe: watches running services' system calls through eBPF and
 //! exports what it sees as Prometheus metrics.
 //!
+//! The folders are the design. The commands, each on top of what it uses:
+//! [`run`] (the daemon: start, reload, capabilities, `check-config`),
+//! [`trace`] (strace's output from BPF), [`client`] (`sonic-probe
+//! findings`), chosen by [`dispatch`]. What they read their input with:
+//! [`config`] (the command line, every option, the config file, units).
+//! The subsystems they are built of: [`probe`] (the BPF programs loaded,
+//! configured, attached; targets), [`events`] (the ring buffer decoded),
+//! [`stats`] (the kernel's counts read at scrape time), [`findings`] (the
+//! detectors: events in, findings out), [`metrics`] (everything presented
+//! as Prometheus families), [`workloads`] (cgroup to unit, pod, container),
+//! [`stacks`] (a stalled process's Python and native stacks), [`web`] (the
+//! HTTP endpoint, TLS and basic auth). Below them all: [`os`] (errno and
+//! futex names, /proc, signals), [`error`] and [`logging`].
+//!
 //! Follow one call from the kernel to its Prometheus line:
 //! `sonic-probe-ebpf/bpf/sonic_probe.bpf.c` counts it in `syscall_stats`
 //! (layout in `sonic-probe-common`), [`probe`] loads the programs and hands
 //! out the maps, [`stats`] reads and folds them, [`metrics`] turns them into
-//! metric families, [`http`] serves them. Calls that need per-event handling
-//! arrive through [`events`].
+//! metric families, [`web`] serves them. Calls that need per-event handling
+//! arrive through [`events`] and reach [`findings`].
 
-pub mod capabilities;
-pub mod capture;
-pub mod cli;
 pub mod client;
 pub mod config;
-pub mod config_file;
-pub mod daemon;
 pub mod dispatch;
-pub mod errno;
 pub mod error;
 pub mod events;
 pub mod findings;
-pub mod futex;
-pub mod http;
-pub mod labels;
 pub mod logging;
 pub mod metrics;
-pub mod options;
-pub mod privileges;
+pub mod os;
 pub mod probe;
-pub mod procfs;
-pub mod signals;
+pub mod run;
 pub mod stacks;
 pub mod stats;
-pub mod targets;
 pub mod trace;
-pub mod units;
-pub mod web_config;
+pub mod web;
 pub mod workloads;

@@ -2,7 +2,7 @@
 //! become one ([`decode`]), and the task that drains the ring ([`reader`]).
 //!
 //! Counts never come from here (the kernel keeps them exactly, see
-//! `stats.rs`); events carry what needs per-call handling: paths, slow
+//! `stats/`); events carry what needs per-call handling: paths, slow
 //! calls, errors, large mappings, strace mode, and process lifecycle.
 
 mod decode;

@@ -16,7 +16,7 @@
 //!
 //! The thread that woke it, when the kernel saw the wake, is reported too,
 //! and with `run --stack-captures on` the stacks read while the stall
-//! lasted (crate::capture): the waiting thread's, and the waker's.
+//! lasted (crate::stacks::capture): the waiting thread's, and the waker's.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -37,12 +37,12 @@ use super::{
     DetailKind, Detector, DetectorCounts, Evictions, Input, LiveFile, Record, Registration,
 };
 use crate::{
-    capture::CaptureStore,
     events::Event,
-    futex,
-    labels::OTHER,
     metrics::family::{def, family, gauge, Fold, MetricDef},
+    os::futex,
+    stacks::capture::CaptureStore,
     stacks::{frame, Frame},
+    stats::labels::OTHER,
 };
 
 pub const DETECTOR: Registration =
@@ -469,7 +469,7 @@ mod tests {
     #[test]
     fn stalls_carry_the_stacks_captured_while_they_lasted() {
         use crate::{
-            capture::{Capture, CaptureStore},
+            stacks::capture::{Capture, CaptureStore},
             stacks::{Frame, FrameKind},
         };
         let frame = |f: &str| Frame {

@@ -23,9 +23,9 @@ use super::{
     DetailKind, Detector, DetectorCounts, Evictions, Input, LiveFile, PathDisplay, Record, Registration,
 };
 use crate::{
+    config::units::human_bytes,
     events::Event,
     metrics::family::{def, Fold, MetricDef},
-    units::human_bytes,
 };
 
 pub const DETECTOR: Registration =

@@ -311,7 +311,7 @@ pub struct Settings {
     /// behaviour of short-lived processes out of the findings.
     pub verbose: bool,
     /// The stacks captured while stalls lasted (None: captures are off).
-    pub captures: Option<crate::capture::CaptureStore>,
+    pub captures: Option<crate::stacks::capture::CaptureStore>,
 }
 
 /// A problem recurs within a process when it shows again at least this long
@@ -728,8 +728,8 @@ mod tests {
         let e = Engine::new(&Settings::default());
         assert_eq!(e.detectors.len(), DETECTORS.len());
         // What each exports at a scrape is exactly what it declares.
-        let mut comms = crate::labels::CommLabels::new(10);
-        let mut threads = crate::labels::CommLabels::new(10);
+        let mut comms = crate::stats::labels::CommLabels::new(10);
+        let mut threads = crate::stats::labels::CommLabels::new(10);
         let mut workloads = crate::workloads::Workloads::disabled();
         let mut fold = Fold { comms: &mut comms, workloads: &mut workloads, threads: &mut threads };
         for (d, counts) in DETECTORS.iter().zip(e.metrics().counts) {

@@ -29,9 +29,9 @@ use super::{
     Registration, RECUR_AFTER_NS,
 };
 use crate::{
+    config::units::human_bytes,
     events::Event,
     metrics::family::{def, Fold, MetricDef},
-    units::human_bytes,
 };
 
 pub const DETECTOR: Registration =

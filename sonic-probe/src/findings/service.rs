@@ -14,8 +14,8 @@ use sonic_probe_common::{EventHeader, FileCloseEvent, ReopenKey, Reopens, EVENT_
 use super::{monotonic_ns, DetectorMetrics, Engine, Finding, Settings, REOPEN_IDLE_NS};
 use crate::{
     events::{Event, FileClosed, ProcessKind},
+    os::procfs,
     probe::{OpenFiles, ReopenCounts},
-    procfs,
     workloads::Workloads,
 };
 

@@ -40,7 +40,7 @@ use super::{
     DetailKind, Detector, Evictions, FileTotals, Input, LiveFile, PathDisplay, Record, Registration,
     RECUR_AFTER_NS,
 };
-use crate::units::human_bytes;
+use crate::config::units::human_bytes;
 
 /// It exports no family of its own: the kernel counts small reads
 /// (sonic_probe_small_reads_total, sonic_probe_small_preads_total).

@@ -37,10 +37,10 @@ use super::{
     Settings, RECUR_AFTER_NS,
 };
 use crate::{
-    errno,
+    config::units::human_bytes,
     events::Event,
     metrics::family::{def, Fold, MetricDef},
-    units::human_bytes,
+    os::errno,
 };
 
 /// It has no thresholds of its own: the shared window, path patterns and

@@ -13,8 +13,8 @@ use std::{
 use prometheus::proto::MetricFamily;
 
 use crate::{
-    labels::OTHER,
     metrics::family::{counter, family, Fold, MetricDef},
+    stats::labels::OTHER,
     stats::Who,
 };
 

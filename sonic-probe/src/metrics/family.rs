@@ -15,7 +15,7 @@ use prometheus::{
 };
 use sonic_probe_common::{latency_bucket_upper_ns, size_bucket_upper, SyscallStats};
 
-use crate::{labels::CommLabels, stats::Who, workloads::Workloads};
+use crate::{stats::labels::CommLabels, stats::Who, workloads::Workloads};
 
 /// One exported metric family.
 #[derive(Debug, Clone)]

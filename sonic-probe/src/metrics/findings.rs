@@ -12,9 +12,9 @@ use prometheus::{
 
 use super::family::{counter, def, descs, family, gauge, named, Fold, MetricDef};
 use crate::{
-    capture::{CaptureStore, RESULTS},
     findings::{FindingsService, DETECTORS},
-    labels::CommLabels,
+    stacks::capture::{CaptureStore, RESULTS},
+    stats::labels::CommLabels,
     workloads::Workloads,
 };
 

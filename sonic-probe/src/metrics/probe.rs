@@ -22,8 +22,8 @@ use super::{
 use crate::{
     events::reader::ReaderStats,
     findings::FindingsService,
-    labels::CommLabels,
     probe::{Probe, TargetMaps},
+    stats::labels::CommLabels,
     stats::StatsStore,
     workloads::Workloads,
 };

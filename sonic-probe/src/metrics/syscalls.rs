@@ -14,7 +14,8 @@ use sonic_probe_common::{
 
 use super::family::{counter, def, family, latency_histogram, named, size_histogram, MetricDef};
 use crate::{
-    errno, futex,
+    os::errno,
+    os::futex,
     stats::{add_stats, call_count, Snapshot, Who},
 };
 

@@ -31,7 +31,7 @@ impl ProbeConfigBuilder {
             config: ProbeConfig {
                 self_tgid: std::process::id(),
                 nr_cpus: aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1),
-                gpu_majors: crate::procfs::gpu_majors(),
+                gpu_majors: crate::os::procfs::gpu_majors(),
                 ..ProbeConfig::zeroed()
             },
         }

@@ -9,8 +9,10 @@
 mod config_builder;
 mod features;
 mod open_files;
+pub mod privileges;
 mod reopens;
 mod target_maps;
+pub mod targets;
 
 use std::os::fd::OwnedFd;
 use std::time::Duration;

@@ -10,7 +10,7 @@ use sonic_probe_common::{comm_bytes, CommKey, TARGET_COMM, TARGET_FOLLOW_FORKS, 
 use sonic_probe_ebpf::maps;
 
 use super::{map_err, ProbeError};
-use crate::{procfs, targets::Targets};
+use crate::{os::procfs, probe::targets::Targets};
 
 pub struct TargetMaps {
     processes: HashMap<MapData, u32, u32>,

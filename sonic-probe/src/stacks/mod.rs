@@ -7,6 +7,7 @@
 //! registers the kernel saved at syscall entry and the thread's stack
 //! memory). Neither stops the process: an inference service stays in
 //! production while it is being diagnosed.
+pub mod capture;
 pub mod frame;
 pub mod native;
 pub mod python;

@@ -26,7 +26,7 @@ use super::{
 use crate::{
     events::{Call, ProcessChange},
     findings::Clock,
-    futex,
+    os::futex,
 };
 
 /// strace aligns " = result" at this column.

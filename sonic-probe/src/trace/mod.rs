@@ -36,17 +36,17 @@ use sonic_probe_common::{
 use sonic_probe_ebpf::ProgramGroup;
 
 use crate::{
-    cli::TraceArgs,
+    config::cli::TraceArgs,
     error::{Error, Result},
     events::{
         reader::{ReaderStats, RingReader, Wakeup},
         Event, ProcessKind,
     },
-    labels::CommLabels,
+    os::procfs,
+    probe::targets::PidTarget,
     probe::{Probe, ProbeConfigBuilder},
-    procfs,
+    stats::labels::CommLabels,
     stats::{call_count, StatsStore},
-    targets::PidTarget,
 };
 use child::WaitingChild;
 use fds::FdNames;
@@ -171,7 +171,7 @@ const POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 pub fn run(args: TraceArgs) -> Result<ExitCode> {
     let opts = TraceOptions::from_args(&args)?;
-    crate::privileges::check()?;
+    crate::probe::privileges::check()?;
     // Fork the command now, while we are single-threaded.
     let child = match &opts.target {
         Target::Command(argv) => Some(WaitingChild::spawn(argv)?),
@@ -285,7 +285,7 @@ async fn trace(opts: TraceOptions, mut child: Option<WaitingChild>) -> Result<Ex
             targets.add_thread(root.requested)?;
         }
     }
-    let mut shutdown = crate::signals::ShutdownSignals::new()?;
+    let mut shutdown = crate::os::signals::ShutdownSignals::new()?;
     probe.attach(ProgramGroup::Lifecycle)?;
     probe.attach(ProgramGroup::Syscalls)?;
     // What the roots hold now, before the command runs (it may be gone by

@@ -7,7 +7,7 @@
 //! strace's, character for character, except for the buffer contents we do
 //! not capture.
 
-use crate::errno;
+use crate::os::errno;
 
 /// Flags printed in table order; bits left over are printed in hex.
 /// Multi-bit entries match only when all their bits are set.

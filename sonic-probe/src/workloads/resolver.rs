@@ -29,7 +29,7 @@ use super::{
     docker::DockerNames,
     pods::PodNames,
 };
-use crate::labels::OTHER;
+use crate::stats::labels::OTHER;
 
 /// A finding's workload, as GET /findings shows it (see docs/metrics.md,
 /// sonic_probe_workload_info): `name` is its `workload` label value.
@@ -58,7 +58,7 @@ pub enum WorkloadFrom {
     None,
 }
 
-/// The workload options, checked (config.rs).
+/// The workload options, checked (config/mod.rs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkloadSettings {
     pub from: WorkloadFrom,

@@ -15,7 +15,7 @@ use sonic_probe_common::{COMM_LEN, FILTER_CGROUPS, FILTER_TARGETS, MAX_CGROUP_LE
 
 use crate::{
     error::{Error, Result},
-    procfs,
+    os::procfs,
 };
 
 /// The resolved target set. Empty means the whole host.

@@ -6,7 +6,7 @@
 //! default. From the table come the clap arguments, the config file's
 //! struct, the merge (a flag given wins over the file, the file over the
 //! default), the defaults and the documentation. Checks of the values live
-//! in `config.rs`: a new option is one entry here plus its check there.
+//! in `config/mod.rs`: a new option is one entry here plus its check there.
 //!
 //! A default is written as its TOML value and read the way the config file
 //! is read, so a default is spelled like a key and can't disagree with it.
@@ -16,8 +16,8 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use serde::{de::Error as _, Deserialize, Deserializer};
 
 use crate::{
+    config::units::{parse_duration, parse_listen, parse_size, parse_syscalls},
     findings::PathDisplay,
-    units::{parse_duration, parse_listen, parse_size, parse_syscalls},
     workloads::WorkloadFrom,
 };
 

@@ -10,7 +10,7 @@ const CAP_BPF: u32 = 39;
 
 /// Ok if the effective set has CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN.
 pub fn check() -> anyhow::Result<()> {
-    let caps = crate::procfs::effective_capabilities()
+    let caps = crate::os::procfs::effective_capabilities()
         .map_err(|e| anyhow!("cannot read our capabilities from /proc/self/status: {e}"))?;
     missing(caps).map_or(Ok(()), |m| Err(anyhow!(m)))
 }

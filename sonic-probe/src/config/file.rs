@@ -12,8 +12,8 @@
 use std::path::Path;
 
 use crate::{
+    config::options::RunArgs,
     error::{Error, Result},
-    options::RunArgs,
 };
 
 /// Reads and checks a config file.
@@ -59,7 +59,7 @@ mod tests {
 
     #[test]
     fn every_run_flag_is_a_key() {
-        let cli = crate::cli::Cli::command();
+        let cli = crate::config::cli::Cli::command();
         let run = cli.find_subcommand("run").unwrap();
         let mut flags: Vec<String> = run
             .get_arguments()
@@ -69,7 +69,7 @@ mod tests {
             .collect();
         flags.push("log_level".into());
         flags.sort();
-        let mut keys: Vec<String> = crate::options::keys().iter().map(|k| k.to_string()).collect();
+        let mut keys: Vec<String> = crate::config::options::keys().iter().map(|k| k.to_string()).collect();
         keys.sort();
         assert_eq!(flags, keys);
     }
@@ -79,7 +79,7 @@ mod tests {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/config.toml");
         let text = std::fs::read_to_string(path).unwrap();
         assert!(parse(&text, Path::new(path)).is_ok());
-        for k in crate::options::keys() {
+        for k in crate::config::options::keys() {
             let shown = text.lines().any(|l| l.trim_start_matches(['#', ' ']).starts_with(&format!("{k} =")));
             assert!(shown, "deploy/config.toml does not show the key {k}");
         }
@@ -138,7 +138,7 @@ mod tests {
         assert_eq!(o.containers_log_dir.as_deref(), Some(Path::new("/host/var/log/containers")));
         assert_eq!(o.max_workloads, Some(64));
         // Every key is exercised above.
-        for k in crate::options::keys() {
+        for k in crate::config::options::keys() {
             assert!(text.contains(&format!("{k} =")), "{k} not exercised");
         }
     }

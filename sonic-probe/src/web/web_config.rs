@@ -5,7 +5,7 @@
 //!
 //! Why a module of its own: reading the file, checking every field with an
 //! error that names it, building the rustls server configuration and
-//! checking a bcrypt password are one concern; `http.rs` only asks "TLS
+//! checking a bcrypt password are one concern; `web/mod.rs` only asks "TLS
 //! for this connection?" and "may this request in?". A loaded `WebConfig`
 //! never changes; SIGHUP loads a new one and swaps it in whole, so a bad
 //! file leaves the old one serving.
@@ -518,7 +518,7 @@ mod tests {
     fn the_shipped_example_parses() {
         // deploy/web-config.yml, with a certificate and key beside it: the
         // example is valid, and its placeholder hash is of "change-me".
-        let example = include_str!("../../deploy/web-config.yml");
+        let example = include_str!("../../../deploy/web-config.yml");
         let err = WebConfig::parse(example, Path::new("/nonexistent")).unwrap_err();
         assert!(err.starts_with("tls_server_config.cert_file: cannot read /nonexistent/server.crt"), "{err}");
         let users_only = &example[example.find("basic_auth_users:").unwrap()..];

@@ -323,7 +323,8 @@ impl Capturer {
                 continue; // gone
             };
             let name = name.trim_end_matches('\n');
-            if crate::futex::is_request_thread(w.tgid, w.tid, name, &s.request_threads, &s.ignore_threads) {
+            if crate::os::futex::is_request_thread(w.tgid, w.tid, name, &s.request_threads, &s.ignore_threads)
+            {
                 due.entry(w.tgid).or_default().push(*w);
             } else {
                 // An idle worker's long wait: not looked at again.

@@ -6,13 +6,18 @@
 //! never leaves a probe attached. The spellings of values (durations, sizes,
 //! addresses) are parsed in `units.rs`, shared by flags and keys.
 
+pub mod cli;
+pub mod file;
+pub mod options;
+pub mod units;
+
 use std::{net::SocketAddr, time::Duration};
 
 use crate::{
+    config::options::RunArgs,
     error::{Error, Result},
     findings::{futex_stall, mmap_churn, repeated_open, small_reads, Settings},
-    options::RunArgs,
-    targets::Targets,
+    probe::targets::Targets,
 };
 
 /// Everything `sonic-probe run` needs, checked.
@@ -37,7 +42,7 @@ pub struct RunConfig {
     pub btf: Option<std::path::PathBuf>,
     pub log_level: String,
     /// TLS and users of the HTTP endpoint (checked; re-read on SIGHUP).
-    pub web: std::sync::Arc<crate::web_config::WebConfig>,
+    pub web: std::sync::Arc<crate::web::web_config::WebConfig>,
     /// How much of a path /findings shows.
     pub findings_paths: crate::findings::PathDisplay,
     /// Stacks captured while stalls last (`--stack-captures`).
@@ -59,7 +64,7 @@ impl RunConfig {
     /// The configuration of `run`: its flags over its config file (if any).
     pub fn load(cli: &RunArgs, cli_log_level: Option<&str>) -> Result<Self> {
         let file = match &cli.config {
-            Some(p) => crate::config_file::load(p)?,
+            Some(p) => crate::config::file::load(p)?,
             None => RunArgs::default(),
         };
         // --log-level is global to every command: the one flag not in RunArgs.
@@ -80,7 +85,7 @@ impl RunConfig {
             max_comms: check_max_comms(given(a.max_comms))?,
             workloads: crate::workloads::WorkloadSettings::new(
                 given(a.workload_from),
-                crate::procfs::cgroup2_mount(),
+                crate::os::procfs::cgroup2_mount(),
                 given(a.containers_log_dir.clone()),
                 check_max_workloads(given(a.max_workloads))?,
             )
@@ -93,9 +98,9 @@ impl RunConfig {
             btf: a.btf.clone(),
             log_level: given(a.log_level),
             web: std::sync::Arc::new(match &a.web_config {
-                Some(p) => crate::web_config::WebConfig::load(p)
+                Some(p) => crate::web::web_config::WebConfig::load(p)
                     .map_err(|e| Error::usage(format!("--web-config {}: {e}", p.display())))?,
-                None => crate::web_config::WebConfig::none(),
+                None => crate::web::web_config::WebConfig::none(),
             }),
             findings_paths: given(a.findings_paths),
             stack_captures: given(a.stack_captures).is_on(),
@@ -104,8 +109,8 @@ impl RunConfig {
     }
 
     /// What the stack capturer needs of the options.
-    pub fn capture_settings(&self) -> crate::capture::CaptureSettings {
-        crate::capture::CaptureSettings {
+    pub fn capture_settings(&self) -> crate::stacks::capture::CaptureSettings {
+        crate::stacks::capture::CaptureSettings {
             stall_threshold: self.findings.futex_stall.threshold,
             request_threads: self.findings.futex_stall.threads.clone(),
             ignore_threads: self.findings.futex_stall.ignore_threads.clone(),
@@ -258,8 +263,8 @@ mod tests {
         use clap::Parser;
         let mut argv = vec!["sonic-probe", "run"];
         argv.extend_from_slice(extra);
-        match crate::cli::Cli::try_parse_from(argv).unwrap().command {
-            crate::cli::Command::Run(a) => a,
+        match crate::config::cli::Cli::try_parse_from(argv).unwrap().command {
+            crate::config::cli::Command::Run(a) => a,
             _ => unreachable!(),
         }
     }
@@ -289,7 +294,7 @@ mod tests {
 
     #[test]
     fn the_command_line_overrides_the_file() {
-        let file = crate::config_file::parse(
+        let file = crate::config::file::parse(
             "listen = \"0.0.0.0:9580\"\ncomm = [\"python3\"]\nstall_threshold = \"2s\"\nbpf_stats = true\nlog_level = \"debug\"\n",
             std::path::Path::new("x.toml"),
         )
@@ -315,16 +320,18 @@ mod tests {
         use sonic_probe_common::syscalls::{self, mask_of};
         let c = RunConfig::from_args(&run_args(&["--syscalls", "default,write,ioctl"])).unwrap();
         assert_eq!(c.syscalls, syscalls::default_mask() | mask_of([syscalls::WRITE, syscalls::IOCTL]));
-        let file =
-            crate::config_file::parse("syscalls = [\"read\", \"pread64\"]\n", std::path::Path::new("x.toml"))
-                .unwrap();
+        let file = crate::config::file::parse(
+            "syscalls = [\"read\", \"pread64\"]\n",
+            std::path::Path::new("x.toml"),
+        )
+        .unwrap();
         let c = RunConfig::from_args(&run_args(&[]).over(&file)).unwrap();
         assert_eq!(c.syscalls, mask_of([syscalls::READ, syscalls::PREAD64]));
         assert!(
-            crate::config_file::parse("syscalls = \"sendmsg\"\n", std::path::Path::new("x.toml")).is_err()
+            crate::config::file::parse("syscalls = \"sendmsg\"\n", std::path::Path::new("x.toml")).is_err()
         );
         use clap::Parser;
-        assert!(crate::cli::Cli::try_parse_from(["sonic-probe", "run", "--syscalls", ","]).is_err());
+        assert!(crate::config::cli::Cli::try_parse_from(["sonic-probe", "run", "--syscalls", ","]).is_err());
         assert!(check_syscalls(1 << 31).is_err());
     }
 
@@ -351,16 +358,17 @@ mod tests {
             assert!(matches!(r, Err(Error::Usage(_))), "{bad}");
         }
         use clap::Parser;
-        assert!(crate::cli::Cli::try_parse_from(["sonic-probe", "run", "--stack-captures", "maybe"]).is_err());
+        assert!(crate::config::cli::Cli::try_parse_from(["sonic-probe", "run", "--stack-captures", "maybe"])
+            .is_err());
         for (text, on) in [("\"off\"", false), ("false", false), ("\"on\"", true), ("true", true)] {
-            let file = crate::config_file::parse(
+            let file = crate::config::file::parse(
                 &format!("stack_captures = {text}\n"),
                 std::path::Path::new("x.toml"),
             )
             .unwrap();
             assert_eq!(RunConfig::from_args(&file).unwrap().stack_captures, on, "{text}");
         }
-        assert!(crate::config_file::parse("stack_captures = \"maybe\"\n", std::path::Path::new("x.toml"))
+        assert!(crate::config::file::parse("stack_captures = \"maybe\"\n", std::path::Path::new("x.toml"))
             .is_err());
     }
 

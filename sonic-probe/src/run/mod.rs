@@ -7,6 +7,13 @@
 //! programs, then report ready. SIGINT/SIGTERM drop everything, which
 //! detaches every program and frees every map.
 
+pub mod capabilities;
+mod check_config;
+mod reload;
+
+pub use check_config::check_config;
+use reload::Reloader;
+
 use std::{
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -27,18 +34,18 @@ use tokio::{
 use tracing::{debug, info, warn};
 
 use crate::{
-    capture::{CaptureStore, Capturer},
+    config::options::RunArgs,
     config::RunConfig,
     error::Result,
     events::{self, reader::ReaderStats, Event, ProcessKind},
     findings::FindingsService,
-    http::{self, HttpState},
-    labels::CommLabels,
     metrics::{findings::FindingsCollector, probe::ProbeCollector},
-    options::RunArgs,
-    probe::{Probe, ProbeConfigBuilder, TargetMaps},
-    signals::ShutdownSignals,
+    os::signals::ShutdownSignals,
+    probe::{Probe, ProbeConfigBuilder},
+    stacks::capture::{CaptureStore, Capturer},
+    stats::labels::CommLabels,
     stats::StatsStore,
+    web::{self, HttpState},
     workloads::Workloads,
 };
 
@@ -48,7 +55,7 @@ const EVENT_QUEUE: usize = 65_536;
 pub fn run(args: RunArgs, log_level: Option<String>) -> Result<()> {
     let config = RunConfig::load(&args, log_level.as_deref())?;
     crate::logging::init_logging(&config.log_level)?;
-    crate::privileges::check()?;
+    crate::probe::privileges::check()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("sonic-probe")
@@ -106,7 +113,7 @@ fn drop_capabilities(probe: &Probe, stack_captures: bool) {
         keep |= 1u64 << Capability::CAP_SYS_PTRACE.index();
     }
     // In every thread: the runtime's workers exist already.
-    match crate::capabilities::drop_in_every_thread(keep) {
+    match crate::run::capabilities::drop_in_every_thread(keep) {
         Ok(n) => debug!("capabilities dropped in all {n} threads"),
         Err(e) => {
             warn!("cannot drop the capabilities: {e}");
@@ -127,33 +134,6 @@ fn drop_capabilities(probe: &Probe, stack_captures: bool) {
         ),
         (false, false) => info!("dropped all capabilities"),
     }
-}
-
-/// `sonic-probe check-config`: the file checked as `run --config FILE`
-/// would read it; with --attach the programs loaded and attached too.
-pub fn check_config(args: &crate::cli::CheckConfigArgs) -> Result<()> {
-    let cli = RunArgs { config: Some(args.config.clone()), ..RunArgs::default() };
-    let config = RunConfig::load(&cli, None)?;
-    println!(
-        "config {}: OK: watching {}, listening on {} ({})",
-        args.config.display(),
-        config.targets.describe(),
-        config.listen,
-        config.web.describe(),
-    );
-    if args.attach {
-        crate::privileges::check()?;
-        let mut probe = Probe::load(config.ringbuf_bytes, config.btf.as_deref())?;
-        println!("{}", probe.describe_kernel());
-        probe.set_config(&probe_config(&config))?;
-        probe.take_targets()?.apply(&config.targets)?;
-        probe.attach(ProgramGroup::Lifecycle)?;
-        probe.attach(ProgramGroup::Syscalls)?;
-        let n = probe.attached().len();
-        drop(probe);
-        println!("attached {n} BPF programs and detached them: OK");
-    }
-    Ok(())
 }
 
 /// The settings the BPF programs read from their `config` map.
@@ -193,7 +173,7 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     let http_state = Arc::new(HttpState::new(registry.clone()));
     http_state.set_web_config(config.web.clone());
     http_state.set_path_display(config.findings_paths);
-    let server = tokio::spawn(http::serve(listener, http_state.clone()));
+    let server = tokio::spawn(web::serve(listener, http_state.clone()));
 
     status("loading the BPF programs");
     let mut probe = Probe::load(config.ringbuf_bytes, config.btf.as_deref())?;
@@ -217,7 +197,7 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     probe.attach(ProgramGroup::Syscalls)?;
     drop_capabilities(&probe, config.stack_captures);
     // Loading parsed the kernel's BTF (megabytes, freed since).
-    crate::capture::give_back_memory();
+    crate::stacks::capture::give_back_memory();
 
     let reader_stats = Arc::new(ReaderStats::default());
     let (tx, rx) = mpsc::channel(EVENT_QUEUE);
@@ -330,64 +310,6 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     drop(targets);
     drop(probe);
     Ok(())
-}
-
-/// Applies a re-read configuration to the running probe (SIGHUP): targets,
-/// thresholds and detector settings change in place; counters, findings and
-/// the attached programs stay.
-struct Reloader {
-    cli: RunArgs,
-    cli_log_level: Option<String>,
-    current: RunConfig,
-    probe: Arc<Mutex<Probe>>,
-    targets: Arc<Mutex<TargetMaps>>,
-    findings: FindingsService,
-    http: Arc<HttpState>,
-    captures: Option<CaptureStore>,
-    capture_settings: Arc<Mutex<crate::capture::CaptureSettings>>,
-}
-
-impl Reloader {
-    fn reload(&mut self) -> Result<()> {
-        let new = RunConfig::load(&self.cli, self.cli_log_level.as_deref())?;
-        let old = &self.current;
-        for (what, changed) in [
-            ("listen", new.listen != old.listen),
-            ("ringbuf_size", new.ringbuf_bytes != old.ringbuf_bytes),
-            ("max_comms", new.max_comms != old.max_comms),
-            ("workload_from, containers_log_dir, max_workloads", new.workloads != old.workloads),
-            ("bpf_stats", new.bpf_stats != old.bpf_stats),
-            ("btf", new.btf != old.btf),
-            ("log_level", new.log_level != old.log_level),
-            // Capabilities dropped at start can't be had back.
-            ("stack_captures", new.stack_captures != old.stack_captures),
-        ] {
-            if changed {
-                warn!("SIGHUP: {what} changes only at a restart; keeping the running value");
-            }
-        }
-        // The programs keep entering waits in futex_waiting as they did.
-        let new = RunConfig { stack_captures: old.stack_captures, ..new };
-        self.targets.lock().expect("targets lock").reload(&old.targets, &new.targets)?;
-        self.probe.lock().expect("probe lock").set_config(&probe_config(&new))?;
-        let settings = crate::findings::Settings { captures: self.captures.clone(), ..new.findings.clone() };
-        self.findings.reconfigure(&settings);
-        *self.capture_settings.lock().expect("capture settings lock") = new.capture_settings();
-        self.http.set_web_config(new.web.clone());
-        self.http.set_path_display(new.findings_paths);
-        let kept = RunConfig {
-            listen: old.listen,
-            ringbuf_bytes: old.ringbuf_bytes,
-            max_comms: old.max_comms,
-            workloads: old.workloads.clone(),
-            bpf_stats: old.bpf_stats,
-            btf: old.btf.clone(),
-            log_level: old.log_level.clone(),
-            ..new
-        };
-        self.current = kept;
-        Ok(())
-    }
 }
 
 /// How often the kernel's descriptor table is swept of processes that

@@ -2,12 +2,12 @@
 //! flags, and nothing that runs them (`dispatch.rs` does), so the commands
 //! can name their arguments' types without importing their own dispatcher.
 //!
-//! Raw arguments are only parsed here; `config.rs` turns them into a
+//! Raw arguments are only parsed here; `config/mod.rs` turns them into a
 //! validated configuration.
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::{options::RunArgs, units::parse_size};
+use crate::{config::options::RunArgs, config::units::parse_size};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -18,7 +18,7 @@ use crate::{options::RunArgs, units::parse_size};
 )]
 pub struct Cli {
     // Documented with the options of `run` (also a key of its config file).
-    #[arg(long, global = true, value_name = "FILTER", help = crate::options::help_of("log_level"))]
+    #[arg(long, global = true, value_name = "FILTER", help = crate::config::options::help_of("log_level"))]
     pub log_level: Option<String>,
 
     #[command(subcommand)]
@@ -163,7 +163,7 @@ mod tests {
         let cli = Cli::command();
         let run = cli.find_subcommand("run").expect("run");
         let mut out = String::from("| flag | default | meaning |\n|---|---|---|\n");
-        for o in crate::options::OPTIONS {
+        for o in crate::config::options::OPTIONS {
             let arg = run
                 .get_arguments()
                 .chain(cli.get_arguments())
@@ -185,7 +185,7 @@ mod tests {
 
     #[test]
     fn the_readme_lists_every_run_flag_as_defined() {
-        const START: &str = "<!-- generated from sonic-probe/src/options.rs";
+        const START: &str = "<!-- generated from sonic-probe/src/config/options.rs";
         const END: &str = "<!-- end of the generated table -->";
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
         let readme = std::fs::read_to_string(path).unwrap();

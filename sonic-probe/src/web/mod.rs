@@ -9,8 +9,10 @@
 //! half-sent connections can't keep a scrape waiting for the header
 //! timeout. Encoding a scrape reads BPF maps, so it runs on the blocking
 //! pool, not on the event loop. TLS and basic auth come from the web-config
-//! ([`crate::web_config`]); every path but /healthz (what orchestrators
+//! ([`crate::web::web_config`]); every path but /healthz (what orchestrators
 //! probe) needs the credentials when users are configured.
+
+pub mod web_config;
 
 use std::{
     collections::HashMap,
@@ -37,7 +39,7 @@ use tokio::{
 
 use crate::{
     findings::{FindingsService, PathDisplay},
-    web_config::WebConfig,
+    web::web_config::WebConfig,
 };
 
 /// Connections served at once; more wait in the kernel's accept queue.

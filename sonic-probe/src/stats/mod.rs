@@ -16,6 +16,8 @@
 //! and those allocations fail under load (the calls would end up in the
 //! overflow entries, `comm="other"`).
 
+pub mod labels;
+
 use std::{
     collections::BTreeMap,
     sync::{Arc, Mutex},
@@ -29,7 +31,7 @@ use sonic_probe_common::{
     comm_str, syscalls::SyscallId, ErrorKey, SharedStruct, StatsKey, SyscallStats, NR_COUNTERS,
 };
 
-use crate::{labels::CommLabels, probe::Aggregates, workloads::Workloads};
+use crate::{probe::Aggregates, stats::labels::CommLabels, workloads::Workloads};
 
 /// Totals of one (syscall, variant, comm label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
