@@ -35,7 +35,6 @@ pub mod mmap_churn;
 pub mod path_patterns;
 pub mod paths;
 pub mod repeated_open;
-pub mod service;
 pub mod small_reads;
 pub(crate) mod state;
 pub mod syscall_errors;
@@ -53,10 +52,10 @@ use serde::{Deserialize, Serialize};
 use crate::{
     events::Event,
     metrics::family::{Fold, MetricDef},
+    os::monotonic_ns,
 };
 pub use files::{FileTable, FileTotals, KnownFile};
 pub use paths::{show_paths, PathDisplay};
-pub use service::FindingsService;
 use sonic_probe_common::OpenFile;
 pub use state::Evictions;
 
@@ -366,6 +365,14 @@ pub struct DetectorMetrics {
     pub counts: Vec<Box<dyn DetectorCounts>>,
 }
 
+/// Where the presenters (GET /findings, the metrics exporter) read the
+/// findings from: the engine as the daemon runs it (`run::findings`), fed
+/// with the kernel's events and sweeps. Reading does not change it.
+pub trait Source: Send + Sync {
+    /// Current findings (their workloads named) and the detectors' counts.
+    fn current(&self) -> (Vec<Finding>, DetectorMetrics);
+}
+
 /// Converts event times (CLOCK_MONOTONIC ns) to wall-clock time.
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
@@ -397,12 +404,6 @@ impl Default for Clock {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// CLOCK_MONOTONIC now, in ns (the clock of bpf_ktime_get_ns).
-pub fn monotonic_ns() -> u64 {
-    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
-    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
 }
 
 /// The detectors, the descriptor table, and the process incarnations.

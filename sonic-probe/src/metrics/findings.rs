@@ -12,7 +12,7 @@ use prometheus::{
 
 use super::family::{counter, def, descs, family, gauge, named, Fold, MetricDef};
 use crate::{
-    findings::{FindingsService, DETECTORS},
+    findings::{Source, DETECTORS},
     stacks::capture::{CaptureStore, RESULTS},
     stats::labels::CommLabels,
     workloads::Workloads,
@@ -45,7 +45,7 @@ pub fn defs() -> impl Iterator<Item = &'static MetricDef> {
 
 /// Exports what the detectors counted, and the findings by kind.
 pub struct FindingsCollector {
-    findings: FindingsService,
+    findings: Arc<dyn Source>,
     labels: Arc<Mutex<CommLabels>>,
     workloads: Arc<Mutex<Workloads>>,
     thread_labels: Mutex<CommLabels>,
@@ -62,7 +62,7 @@ impl FindingsCollector {
     }
 
     pub fn new(
-        findings: FindingsService,
+        findings: Arc<dyn Source>,
         labels: Arc<Mutex<CommLabels>>,
         workloads: Arc<Mutex<Workloads>>,
         max_threads: usize,

@@ -21,7 +21,6 @@ use super::{
 };
 use crate::{
     events::reader::ReaderStats,
-    findings::FindingsService,
     probe::{Probe, TargetMaps},
     stats::labels::CommLabels,
     stats::StatsStore,
@@ -88,6 +87,13 @@ const DROP_STAGES: &[(u32, &str)] = &[
     (COUNTER_DROP_INFLIGHT_WAITS, "futex_waiting"),
 ];
 
+/// The kernel maps whose handles the daemon's sweep holds (open_files,
+/// reopens): their entries now, for sonic_probe_kernel_map_entries.
+pub trait SweptMaps: Send + Sync {
+    fn open_file_entries(&self) -> usize;
+    fn reopen_entries(&self) -> usize;
+}
+
 /// Exports the kernel's counts and the probe's own health.
 pub struct ProbeCollector {
     pub probe: Arc<Mutex<Probe>>,
@@ -96,7 +102,7 @@ pub struct ProbeCollector {
     pub reader: Arc<ReaderStats>,
     pub labels: Arc<Mutex<CommLabels>>,
     pub workloads: Arc<Mutex<Workloads>>,
-    pub findings: FindingsService,
+    pub swept: Arc<dyn SweptMaps>,
     pub whole_host: bool,
     kernel: String,
     descs: Vec<Desc>,
@@ -111,25 +117,14 @@ impl ProbeCollector {
         reader: Arc<ReaderStats>,
         labels: Arc<Mutex<CommLabels>>,
         workloads: Arc<Mutex<Workloads>>,
-        findings: FindingsService,
+        swept: Arc<dyn SweptMaps>,
         whole_host: bool,
     ) -> Self {
         let kernel = nix::sys::utsname::uname()
             .map(|u| u.release().to_string_lossy().into_owned())
             .unwrap_or_default();
         let descs = descs(syscalls::defs().iter().chain(METRICS));
-        ProbeCollector {
-            probe,
-            store,
-            targets,
-            reader,
-            labels,
-            workloads,
-            findings,
-            whole_host,
-            kernel,
-            descs,
-        }
+        ProbeCollector { probe, store, targets, reader, labels, workloads, swept, whole_host, kernel, descs }
     }
 }
 
@@ -225,8 +220,8 @@ impl Collector for ProbeCollector {
                 gauge(&[("map", "syscall_stats")], entries.stats as f64),
                 gauge(&[("map", "stats_slots")], entries.slotted as f64),
                 gauge(&[("map", "syscall_errors")], entries.errors as f64),
-                gauge(&[("map", "open_files")], self.findings.open_file_entries() as f64),
-                gauge(&[("map", "reopens")], self.findings.reopen_entries() as f64),
+                gauge(&[("map", "open_files")], self.swept.open_file_entries() as f64),
+                gauge(&[("map", "reopens")], self.swept.reopen_entries() as f64),
             ]
             .into_iter()
             // Only where per-thread state is a hash (entry_state=thread_map).

@@ -9,9 +9,11 @@
 
 pub mod capabilities;
 mod check_config;
+mod findings;
 mod reload;
 
 pub use check_config::check_config;
+use findings::FindingsService;
 use reload::Reloader;
 
 use std::{
@@ -38,7 +40,6 @@ use crate::{
     config::RunConfig,
     error::Result,
     events::{self, reader::ReaderStats, Event, ProcessKind},
-    findings::FindingsService,
     metrics::{findings::FindingsCollector, probe::ProbeCollector},
     os::signals::ShutdownSignals,
     probe::{Probe, ProbeConfigBuilder},
@@ -230,17 +231,22 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
         reader_stats.clone(),
         labels.clone(),
         workloads.clone(),
-        findings.clone(),
+        Arc::new(findings.clone()),
         config.targets.is_whole_host(),
     );
     registry.register(Box::new(collector)).context("cannot register the metrics")?;
     registry
         .register(Box::new(
-            FindingsCollector::new(findings.clone(), labels.clone(), workloads.clone(), config.max_comms)
-                .with_captures(captures.clone()),
+            FindingsCollector::new(
+                Arc::new(findings.clone()),
+                labels.clone(),
+                workloads.clone(),
+                config.max_comms,
+            )
+            .with_captures(captures.clone()),
         ))
         .context("cannot register the findings metrics")?;
-    http_state.set_findings(findings.clone());
+    http_state.set_findings(Arc::new(findings.clone()));
     registry
         .register(Box::new(ProcessCollector::for_self()))
         .context("cannot register the process metrics")?;

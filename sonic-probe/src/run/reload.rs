@@ -6,11 +6,10 @@ use std::sync::{Arc, Mutex};
 
 use tracing::warn;
 
-use super::probe_config;
+use super::{findings::FindingsService, probe_config};
 use crate::{
     config::{options::RunArgs, RunConfig},
     error::Result,
-    findings::FindingsService,
     probe::{Probe, TargetMaps},
     stacks::capture::{CaptureSettings, CaptureStore},
     web::HttpState,

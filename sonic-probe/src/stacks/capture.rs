@@ -33,7 +33,10 @@ use aya::maps::{HashMap as BpfHashMap, MapData};
 use sonic_probe_common::InflightWait;
 use tracing::debug;
 
-use crate::stacks::{self, CaptureError, Frame, Regs};
+use crate::{
+    os::monotonic_ns,
+    stacks::{self, CaptureError, Frame, Regs},
+};
 
 /// Captures waiting for their stall's exit event.
 pub const MAX_PENDING: usize = 256;
@@ -263,12 +266,6 @@ pub fn give_back_memory() {
     unsafe {
         libc::malloc_trim(0);
     }
-}
-
-/// CLOCK_MONOTONIC now, in ns (bpf_ktime_get_ns's clock).
-fn monotonic_ns() -> u64 {
-    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
-    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
 }
 
 /// The thread that looks for long waits and captures their stacks.

@@ -38,7 +38,7 @@ use tokio::{
 };
 
 use crate::{
-    findings::{FindingsService, PathDisplay},
+    findings::{PathDisplay, Source},
     web::web_config::WebConfig,
 };
 
@@ -55,7 +55,7 @@ pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 pub struct HttpState {
     pub registry: prometheus::Registry,
     ready: AtomicBool,
-    findings: std::sync::OnceLock<FindingsService>,
+    findings: std::sync::OnceLock<Arc<dyn Source>>,
     /// TLS and users; replaced whole on SIGHUP (new connections get it).
     web: std::sync::RwLock<Arc<WebConfig>>,
     /// How much of a path /findings shows.
@@ -92,7 +92,7 @@ impl HttpState {
     }
 
     /// Where GET /findings gets its answer (set once, before ready).
-    pub fn set_findings(&self, findings: FindingsService) {
+    pub fn set_findings(&self, findings: Arc<dyn Source>) {
         let _ = self.findings.set(findings);
     }
 

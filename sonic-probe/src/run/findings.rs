@@ -1,6 +1,11 @@
 //! The findings engine as the daemon runs it: fed by the event consumer,
-//! asked by GET /findings and by the metrics exporter, and kept in step with
-//! the kernel's descriptor table by a periodic sweep.
+//! asked by GET /findings and by the metrics exporter (as their
+//! [`findings::Source`]), and kept in step with the kernel's descriptor
+//! table by a periodic sweep. The engine is a library that only sees
+//! events; what it needs of the kernel's maps and of /proc reaches it from
+//! here, as events: a descriptor the sweep finds stale is a file-close
+//! event, the opens the kernel counted without sending them are its
+//! reopens counts.
 //!
 //! Lock order, everywhere: open files, then engine; reopens, then engine.
 
@@ -11,10 +16,11 @@ use std::{
 
 use sonic_probe_common::{EventHeader, FileCloseEvent, ReopenKey, Reopens, EVENT_FILE_CLOSE};
 
-use super::{monotonic_ns, DetectorMetrics, Engine, Finding, Settings, REOPEN_IDLE_NS};
 use crate::{
     events::{Event, FileClosed, ProcessKind},
-    os::procfs,
+    findings::{self, DetectorMetrics, Engine, Finding, Settings, REOPEN_IDLE_NS},
+    metrics::probe::SweptMaps,
+    os::{monotonic_ns, procfs},
     probe::{OpenFiles, ReopenCounts},
     workloads::Workloads,
 };
@@ -70,7 +76,7 @@ impl FindingsService {
     }
 
     /// Current findings and the detectors' counters.
-    pub fn current(&self) -> (Vec<Finding>, DetectorMetrics) {
+    fn current_findings(&self) -> (Vec<Finding>, DetectorMetrics) {
         let live: Vec<(u32, u32, sonic_probe_common::OpenFile)> = {
             let files = self.open_files.lock().expect("open files lock");
             files
@@ -176,13 +182,21 @@ impl FindingsService {
     pub fn reconfigure(&self, settings: &Settings) {
         self.engine.lock().expect("engine lock").reconfigure(settings);
     }
+}
 
+impl SweptMaps for FindingsService {
     /// Entries of the kernel's reopens map (0 if it is not used).
-    pub fn reopen_entries(&self) -> usize {
+    fn reopen_entries(&self) -> usize {
         self.reopens.as_ref().map_or(0, |r| r.lock().expect("reopens lock").len())
     }
 
-    pub fn open_file_entries(&self) -> usize {
+    fn open_file_entries(&self) -> usize {
         self.open_files.lock().expect("open files lock").len()
+    }
+}
+
+impl findings::Source for FindingsService {
+    fn current(&self) -> (Vec<Finding>, DetectorMetrics) {
+        self.current_findings()
     }
 }
