@@ -14,7 +14,7 @@ pub mod units;
 use std::{net::SocketAddr, time::Duration};
 
 use crate::{
-    config::options::RunArgs,
+    config::options::{flag, RunArgs},
     error::{Error, Result},
     findings::{futex_stall, mmap_churn, repeated_open, small_reads, Settings},
     probe::targets::Targets,
@@ -99,7 +99,7 @@ impl RunConfig {
             log_level: given(a.log_level),
             web: std::sync::Arc::new(match &a.web_config {
                 Some(p) => crate::web::web_config::WebConfig::load(p)
-                    .map_err(|e| Error::usage(format!("--web-config {}: {e}", p.display())))?,
+                    .map_err(|e| Error::usage(format!("{} {}: {e}", flag!(web_config), p.display())))?,
                 None => crate::web::web_config::WebConfig::none(),
             }),
             findings_paths: given(a.findings_paths),
@@ -158,36 +158,35 @@ fn findings_settings(a: &RunArgs) -> Result<Settings> {
     };
     let large = given(a.large_map_threshold);
     if large == 0 {
-        return Err(Error::usage("--large-map-threshold 0: must be at least 1 byte"));
+        return Err(Error::usage(format!("{} 0: must be at least 1 byte", flag!(large_map_threshold))));
     }
     Ok(Settings {
-        window: positive("--findings-window", given(a.findings_window))?,
-        max_findings: at_least_one("--max-findings", given(a.max_findings) as u64)? as usize,
+        window: positive(&flag!(findings_window), given(a.findings_window))?,
+        max_findings: at_least_one(&flag!(max_findings), given(a.max_findings) as u64)? as usize,
         futex_stall: futex_stall::Settings {
-            threshold: positive("--stall-threshold", given(a.stall_threshold))?,
-            threads: patterns("--stall-thread", &a.stall_thread)?,
-            ignore_threads: patterns("--stall-ignore-thread", &a.stall_ignore_thread)?,
+            threshold: positive(&flag!(stall_threshold), given(a.stall_threshold))?,
+            threads: patterns(&flag!(stall_thread), &a.stall_thread)?,
+            ignore_threads: patterns(&flag!(stall_ignore_thread), &a.stall_ignore_thread)?,
         },
         repeated_open: repeated_open::Settings {
-            count: at_least_one("--repeated-open-count", given(a.repeated_open_count))?,
-            window: positive("--repeated-open-window", given(a.repeated_open_window))?,
+            count: at_least_one(&flag!(repeated_open_count), given(a.repeated_open_count))?,
+            window: positive(&flag!(repeated_open_window), given(a.repeated_open_window))?,
         },
         small_reads: small_reads::Settings {
             bytes: given(a.small_read_threshold),
-            min_count: at_least_one("--small-read-min-count", given(a.small_read_min_count))?,
+            min_count: at_least_one(&flag!(small_read_min_count), given(a.small_read_min_count))?,
         },
         mmap_churn: mmap_churn::Settings {
             bytes: large,
-            window: positive("--churn-window", given(a.churn_window))?,
-            cycles: at_least_one("--churn-cycles", given(a.churn_cycles))?,
+            window: positive(&flag!(churn_window), given(a.churn_window))?,
+            cycles: at_least_one(&flag!(churn_cycles), given(a.churn_cycles))?,
         },
         ignore_paths: {
             let mut p = crate::findings::default_ignore_paths();
-            p.extend(patterns("--ignore-path", &a.ignore_path)?);
+            p.extend(patterns(&flag!(ignore_path), &a.ignore_path)?);
             p
         },
         verbose: a.findings_verbose,
-        captures: None,
     })
 }
 
@@ -197,7 +196,8 @@ pub const MAX_CAPTURE_INTERVAL: Duration = Duration::from_secs(86_400);
 fn check_capture_interval(d: Duration) -> Result<Duration> {
     if d < Duration::from_secs(1) || d > MAX_CAPTURE_INTERVAL {
         return Err(Error::usage(format!(
-            "--stack-capture-interval {}: must be between 1s and 1day",
+            "{} {}: must be between 1s and 1day",
+            flag!(stack_capture_interval),
             humantime::format_duration(d)
         )));
     }
@@ -206,7 +206,10 @@ fn check_capture_interval(d: Duration) -> Result<Duration> {
 
 fn check_max_comms(n: usize) -> Result<usize> {
     if n == 0 || n > MAX_COMM_LABELS {
-        return Err(Error::usage(format!("--max-comms {n}: must be between 1 and {MAX_COMM_LABELS}")));
+        return Err(Error::usage(format!(
+            "{} {n}: must be between 1 and {MAX_COMM_LABELS}",
+            flag!(max_comms)
+        )));
     }
     Ok(n)
 }
@@ -214,7 +217,8 @@ fn check_max_comms(n: usize) -> Result<usize> {
 fn check_max_workloads(n: usize) -> Result<usize> {
     if n == 0 || n > MAX_WORKLOAD_LABELS {
         return Err(Error::usage(format!(
-            "--max-workloads {n}: must be between 1 and {MAX_WORKLOAD_LABELS}"
+            "{} {n}: must be between 1 and {MAX_WORKLOAD_LABELS}",
+            flag!(max_workloads)
         )));
     }
     Ok(n)
@@ -225,7 +229,10 @@ fn check_max_workloads(n: usize) -> Result<usize> {
 fn check_syscalls(mask: u32) -> Result<u32> {
     let known = sonic_probe_common::syscalls::all_mask();
     if mask == 0 || mask & !known != 0 {
-        return Err(Error::usage(format!("--syscalls: {mask:#x} is not a set of traced system calls")));
+        return Err(Error::usage(format!(
+            "{}: {mask:#x} is not a set of traced system calls",
+            flag!(syscalls)
+        )));
     }
     Ok(mask)
 }
@@ -233,7 +240,8 @@ fn check_syscalls(mask: u32) -> Result<u32> {
 pub fn check_ringbuf_size(bytes: u64) -> Result<u32> {
     if !(MIN_RINGBUF_BYTES..=MAX_RINGBUF_BYTES).contains(&bytes) || !bytes.is_power_of_two() {
         return Err(Error::usage(format!(
-            "--ringbuf-size {bytes}: must be a power of two between 4KiB and 1GiB"
+            "{} {bytes}: must be a power of two between 4KiB and 1GiB",
+            flag!(ringbuf_size)
         )));
     }
     Ok(bytes as u32)

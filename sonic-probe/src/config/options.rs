@@ -82,6 +82,27 @@ impl OptionDoc {
     }
 }
 
+/// The flag of the option whose field is `$field` (`flag!(slow_threshold)`
+/// is `--slow-threshold`), from the option's one definition, for messages
+/// about its value; a name that is not an option does not compile.
+macro_rules! flag {
+    ($field:ident) => {{
+        let _ = |a: &$crate::config::options::RunArgs| {
+            let _ = &a.$field;
+        };
+        $crate::config::options::flag_of(stringify!($field))
+    }};
+}
+pub(crate) use flag;
+
+/// The flag of the option `field` ([`flag!`]).
+pub fn flag_of(field: &str) -> String {
+    OPTIONS
+        .iter()
+        .find(|o| o.name == field)
+        .map_or_else(|| format!("--{}", field.replace('_', "-")), OptionDoc::flag)
+}
+
 /// Defines [`RunArgs`] and [`OPTIONS`] from one list of options: each is
 /// doc lines, `#[arg(..)]` (clap), optionally `#[serde(..)]`, then
 /// `name: Type` and optionally `= default` (a TOML value).

@@ -45,8 +45,11 @@ use crate::{
     stats::labels::OTHER,
 };
 
-pub const DETECTOR: Registration =
-    Registration { kind: Detail::KIND, metrics: METRICS, new: |s| Box::new(FutexStall::new(s)) };
+pub const DETECTOR: Registration = Registration {
+    kind: Detail::KIND,
+    metrics: METRICS,
+    new: |s, shared| Box::new(FutexStall::new(s, shared)),
+};
 
 /// Its thresholds (part of the findings' [`super::Settings`]).
 #[derive(Debug, Clone)]
@@ -190,12 +193,30 @@ impl DetectorCounts for Counts {
     }
 }
 
-pub struct FutexStall {
+/// What it is told by the options (findings::Settings).
+struct Config {
     threshold_ns: u64,
     request_threads: Vec<Pattern>,
     ignore_threads: Vec<Pattern>,
     window_ns: u64,
     max: usize,
+}
+
+impl Config {
+    fn new(s: &super::Settings) -> Self {
+        Config {
+            threshold_ns: s.futex_stall.threshold.as_nanos() as u64,
+            request_threads: s.futex_stall.threads.clone(),
+            ignore_threads: s.futex_stall.ignore_threads.clone(),
+            window_ns: s.window.as_nanos() as u64,
+            max: s.max_findings,
+        }
+    }
+}
+
+pub struct FutexStall {
+    /// Its thresholds and windows, replaced whole on SIGHUP.
+    cfg: Config,
     /// (incarnation, tid) -> its stalls: every one is a finding.
     records: StateMap<(u64, u32), Record>,
     /// Stacks captured while waits lasted (None: captures off).
@@ -207,15 +228,11 @@ pub struct FutexStall {
 type Stacks = (Vec<Frame>, Vec<Frame>, Option<String>);
 
 impl FutexStall {
-    pub fn new(s: &super::Settings) -> Self {
+    pub fn new(s: &super::Settings, shared: &super::Shared) -> Self {
         FutexStall {
-            threshold_ns: s.futex_stall.threshold.as_nanos() as u64,
-            request_threads: s.futex_stall.threads.clone(),
-            ignore_threads: s.futex_stall.ignore_threads.clone(),
-            window_ns: s.window.as_nanos() as u64,
-            max: s.max_findings,
+            cfg: Config::new(s),
             records: StateMap::new(DETECTOR.kind, |k: &(u64, u32)| k.0, s.max_findings),
-            captures: s.captures.clone(),
+            captures: shared.captures.clone(),
             counts: Counts::default(),
         }
     }
@@ -239,7 +256,7 @@ impl FutexStall {
     }
 
     fn is_request_thread(&self, tgid: u32, tid: u32, name: &str) -> bool {
-        futex::is_request_thread(tgid, tid, name, &self.request_threads, &self.ignore_threads)
+        futex::is_request_thread(tgid, tid, name, &self.cfg.request_threads, &self.cfg.ignore_threads)
     }
 }
 
@@ -253,7 +270,7 @@ impl Detector for FutexStall {
             syscalls::FUTEX_WAITV => ("futex_waitv".to_string(), c.raw.ret >= 0),
             _ => return,
         };
-        if !woken || c.raw.duration_ns < self.threshold_ns {
+        if !woken || c.raw.duration_ns < self.cfg.threshold_ns {
             return;
         }
         let thread = c.thread_name();
@@ -320,17 +337,11 @@ impl Detector for FutexStall {
     }
 
     fn reconfigure(&mut self, s: &super::Settings) {
-        let fresh = FutexStall::new(s);
-        self.threshold_ns = fresh.threshold_ns;
-        self.request_threads = fresh.request_threads;
-        self.ignore_threads = fresh.ignore_threads;
-        self.window_ns = fresh.window_ns;
-        self.max = fresh.max;
-        self.captures = fresh.captures;
+        self.cfg = Config::new(s);
     }
 
     fn findings(&mut self, now_ns: u64, _live: &[LiveFile<'_>], out: &mut Vec<Record>, ev: &mut Evictions) {
-        self.records.prune(now_ns.saturating_sub(self.window_ns), self.max, ev);
+        self.records.prune(now_ns.saturating_sub(self.cfg.window_ns), self.cfg.max, ev);
         out.extend(self.records.map.values().cloned());
     }
 
@@ -364,17 +375,21 @@ impl Tracked for Record {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::findings::{self, testing::*, Engine, Settings};
+    use crate::findings::{self, testing::*, Engine, Settings, Shared};
 
     const WAIT_PRIVATE: u64 = 128;
     const WAIT_BITSET_RT: u64 = 9 | 128 | 256;
     const ETIMEDOUT: i64 = -110;
 
     fn engine(f: impl FnOnce(&mut Settings)) -> Engine {
+        engine_sharing(f, &Shared::default())
+    }
+
+    fn engine_sharing(f: impl FnOnce(&mut Settings), shared: &Shared) -> Engine {
         let mut s = Settings::default();
         s.futex_stall.threshold = Duration::from_secs(1);
         f(&mut s);
-        Engine::new(&s)
+        Engine::sharing(&s, shared)
     }
 
     fn wait(tgid: u32, tid: u32, t: u64, dur: u64, ret: i64, op: u64, waker: u32) -> Event {
@@ -480,7 +495,7 @@ mod tests {
             kind: FrameKind::Python,
         };
         let store = CaptureStore::new();
-        let mut e = engine(|s| s.captures = Some(store.clone()));
+        let mut e = engine_sharing(|_| {}, &Shared { captures: Some(store.clone()) });
         let mut c = Capture {
             tgid: 100,
             tid: 100,

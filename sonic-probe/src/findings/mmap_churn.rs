@@ -29,7 +29,7 @@ use crate::{
 };
 
 pub const DETECTOR: Registration =
-    Registration { kind: Detail::KIND, metrics: METRICS, new: |s| Box::new(MmapChurn::new(s)) };
+    Registration { kind: Detail::KIND, metrics: METRICS, new: |s, _| Box::new(MmapChurn::new(s)) };
 
 /// Its thresholds (part of the findings' [`super::Settings`]).
 #[derive(Debug, Clone)]
@@ -120,12 +120,30 @@ tracked!(Group, cycles);
 
 type GroupKey = (u64, u64, Option<Arc<str>>);
 
-pub struct MmapChurn {
+/// What it is told by the options (findings::Settings).
+struct Config {
     min_bytes: u64,
     cycle_ns: u64,
     min_cycles: u64,
     window_ns: u64,
     max: usize,
+}
+
+impl Config {
+    fn new(s: &super::Settings) -> Self {
+        Config {
+            min_bytes: s.mmap_churn.bytes.max(1),
+            cycle_ns: s.mmap_churn.window.as_nanos() as u64,
+            min_cycles: s.mmap_churn.cycles.max(1),
+            window_ns: s.window.as_nanos() as u64,
+            max: s.max_findings,
+        }
+    }
+}
+
+pub struct MmapChurn {
+    /// Its thresholds and windows, replaced whole on SIGHUP.
+    cfg: Config,
     /// (incarnation, address) -> a large mapping not yet unmapped.
     regions: HashMap<(u64, u64), Region>,
     /// (incarnation, size, path) -> cycles.
@@ -136,11 +154,7 @@ pub struct MmapChurn {
 impl MmapChurn {
     pub fn new(s: &super::Settings) -> Self {
         MmapChurn {
-            min_bytes: s.mmap_churn.bytes.max(1),
-            cycle_ns: s.mmap_churn.window.as_nanos() as u64,
-            min_cycles: s.mmap_churn.cycles.max(1),
-            window_ns: s.window.as_nanos() as u64,
-            max: s.max_findings,
+            cfg: Config::new(s),
             regions: HashMap::new(),
             groups: StateMap::new(DETECTOR.kind, |k: &GroupKey| k.0, s.max_findings),
             counts: Counts::default(),
@@ -158,7 +172,7 @@ impl Detector for MmapChurn {
         let [addr, len, prot, flags, fd, _] = c.raw.args;
         let t = c.raw.header.time_ns;
         match c.raw.syscall {
-            syscalls::MMAP if c.errno().is_none() && len >= self.min_bytes => {
+            syscalls::MMAP if c.errno().is_none() && len >= self.cfg.min_bytes => {
                 // PROT_NONE: an address-space reservation (glibc arenas), not memory.
                 if prot == libc::PROT_NONE as u64 {
                     return;
@@ -172,7 +186,7 @@ impl Detector for MmapChurn {
                     None
                 };
                 if self.regions.len() >= MAX_REGIONS {
-                    let oldest = t.saturating_sub(self.cycle_ns);
+                    let oldest = t.saturating_sub(self.cfg.cycle_ns);
                     self.regions.retain(|_, r| r.mapped_ns >= oldest);
                 }
                 if self.regions.len() < MAX_REGIONS {
@@ -180,9 +194,9 @@ impl Detector for MmapChurn {
                         .insert((input.incarnation, c.raw.ret as u64), Region { len, mapped_ns: t, path });
                 }
             }
-            syscalls::MUNMAP if c.raw.ret == 0 && len >= self.min_bytes => {
+            syscalls::MUNMAP if c.raw.ret == 0 && len >= self.cfg.min_bytes => {
                 let Some(r) = self.regions.remove(&(input.incarnation, addr)) else { return };
-                if pages(r.len) != pages(len) || t.saturating_sub(r.mapped_ns) > self.cycle_ns {
+                if pages(r.len) != pages(len) || t.saturating_sub(r.mapped_ns) > self.cfg.cycle_ns {
                     return;
                 }
                 let comm = c.process_name();
@@ -198,10 +212,10 @@ impl Detector for MmapChurn {
                 });
                 g.cycles += 1;
                 g.last_ns = t;
-                if g.cycles == self.min_cycles {
+                if g.cycles == self.cfg.min_cycles {
                     g.reported = true;
                     self.counts.cycles.add(&comm, input.cgroup, (), (), g.cycles);
-                } else if g.cycles > self.min_cycles {
+                } else if g.cycles > self.cfg.min_cycles {
                     self.counts.cycles.add(&comm, input.cgroup, (), (), 1);
                 }
                 if let Some(key) = new {
@@ -213,12 +227,7 @@ impl Detector for MmapChurn {
     }
 
     fn reconfigure(&mut self, s: &super::Settings) {
-        let fresh = MmapChurn::new(s);
-        self.min_bytes = fresh.min_bytes;
-        self.cycle_ns = fresh.cycle_ns;
-        self.min_cycles = fresh.min_cycles;
-        self.window_ns = fresh.window_ns;
-        self.max = fresh.max;
+        self.cfg = Config::new(s);
         self.groups.set_max_findings(s.max_findings);
     }
 
@@ -229,11 +238,11 @@ impl Detector for MmapChurn {
     }
 
     fn findings(&mut self, now_ns: u64, _live: &[LiveFile<'_>], out: &mut Vec<Record>, ev: &mut Evictions) {
-        let oldest = now_ns.saturating_sub(self.cycle_ns);
+        let oldest = now_ns.saturating_sub(self.cfg.cycle_ns);
         self.regions.retain(|_, r| r.mapped_ns >= oldest);
-        self.groups.prune(now_ns.saturating_sub(self.window_ns), self.max, ev);
+        self.groups.prune(now_ns.saturating_sub(self.cfg.window_ns), self.cfg.max, ev);
         for ((inc, size, path), g) in &self.groups.map {
-            if g.cycles < self.min_cycles {
+            if g.cycles < self.cfg.min_cycles {
                 continue;
             }
             out.push(

@@ -205,7 +205,7 @@ pub struct Registration {
     /// The families its counts export (part of crate::metrics::metric_defs,
     /// documented in docs/metrics.md).
     pub metrics: &'static [MetricDef],
-    pub new: fn(&Settings) -> Box<dyn Detector>,
+    pub new: fn(&Settings, &Shared) -> Box<dyn Detector>,
 }
 
 /// Makes, from the one list of detectors, [`DETECTORS`], [`Detail`] (a
@@ -309,7 +309,13 @@ pub struct Settings {
     /// Report everything: turns off the rules that keep one-off start-up
     /// behaviour of short-lived processes out of the findings.
     pub verbose: bool,
-    /// The stacks captured while stalls lasted (None: captures are off).
+}
+
+/// What the daemon gives the detectors when it makes them, besides their
+/// options: what lives as long as the daemon and changes with no SIGHUP.
+#[derive(Debug, Clone, Default)]
+pub struct Shared {
+    /// The stacks captured while stalls last (None: `--stack-captures off`).
     pub captures: Option<crate::stacks::capture::CaptureStore>,
 }
 
@@ -367,7 +373,7 @@ pub struct DetectorMetrics {
 
 /// Where the presenters (GET /findings, the metrics exporter) read the
 /// findings from: the engine as the daemon runs it (`run::findings`), fed
-/// with the kernel's events and sweeps. Reading does not change it.
+/// with the kernel's events and sweeps.
 pub trait Source: Send + Sync {
     /// Current findings (their workloads named) and the detectors' counts.
     fn current(&self) -> (Vec<Finding>, DetectorMetrics);
@@ -422,10 +428,16 @@ pub struct Engine {
 const MAX_INCARNATIONS: usize = 65536;
 
 impl Engine {
+    /// An engine whose detectors share nothing with the daemon (no stack
+    /// captures).
     pub fn new(settings: &Settings) -> Self {
+        Self::sharing(settings, &Shared::default())
+    }
+
+    pub fn sharing(settings: &Settings, shared: &Shared) -> Self {
         Engine {
             files: FileTable::default(),
-            detectors: DETECTORS.iter().map(|d| (d.new)(settings)).collect(),
+            detectors: DETECTORS.iter().map(|d| (d.new)(settings, shared)).collect(),
             incarnations: HashMap::new(),
             cgroups: HashMap::new(),
             next_incarnation: 1,

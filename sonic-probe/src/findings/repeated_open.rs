@@ -35,7 +35,7 @@ use crate::{
 };
 
 pub const DETECTOR: Registration =
-    Registration { kind: Detail::KIND, metrics: METRICS, new: |s| Box::new(RepeatedOpen::new(s)) };
+    Registration { kind: Detail::KIND, metrics: METRICS, new: |s, _| Box::new(RepeatedOpen::new(s)) };
 
 /// Its thresholds (part of the findings' [`super::Settings`]).
 #[derive(Debug, Clone)]
@@ -124,13 +124,32 @@ tracked!(PathState, opens);
 
 type Key = (u64, Arc<str>);
 
-pub struct RepeatedOpen {
+/// What it is told by the options (findings::Settings).
+struct Config {
     ignore: PathPatterns,
     min_count: u64,
     run_window_ns: u64,
     window_ns: u64,
     max: usize,
     verbose: bool,
+}
+
+impl Config {
+    fn new(s: &super::Settings) -> Self {
+        Config {
+            ignore: PathPatterns::new(&s.ignore_paths),
+            min_count: s.repeated_open.count.max(1),
+            run_window_ns: s.repeated_open.window.as_nanos() as u64,
+            window_ns: s.window.as_nanos() as u64,
+            max: s.max_findings,
+            verbose: s.verbose,
+        }
+    }
+}
+
+pub struct RepeatedOpen {
+    /// Its thresholds and windows, replaced whole on SIGHUP.
+    cfg: Config,
     paths: StateMap<Key, PathState>,
     counts: Counts,
 }
@@ -138,12 +157,7 @@ pub struct RepeatedOpen {
 impl RepeatedOpen {
     pub fn new(s: &super::Settings) -> Self {
         RepeatedOpen {
-            ignore: PathPatterns::new(&s.ignore_paths),
-            min_count: s.repeated_open.count.max(1),
-            run_window_ns: s.repeated_open.window.as_nanos() as u64,
-            window_ns: s.window.as_nanos() as u64,
-            max: s.max_findings,
-            verbose: s.verbose,
+            cfg: Config::new(s),
             paths: StateMap::new(DETECTOR.kind, |k: &Key| k.0, s.max_findings),
             counts: Counts::default(),
         }
@@ -167,7 +181,7 @@ impl RepeatedOpen {
             last_ns: t,
             reported: false,
         });
-        if !st.reported && t.saturating_sub(st.last_ns) > self.run_window_ns {
+        if !st.reported && t.saturating_sub(st.last_ns) > self.cfg.run_window_ns {
             // An unreported run ended: start a new one. (A reported
             // one keeps counting until it ages out.)
             st.recent.clear();
@@ -175,7 +189,7 @@ impl RepeatedOpen {
             st.bytes_read = 0;
             st.first_ns = t;
         }
-        while st.recent.front().is_some_and(|&f| t.saturating_sub(f) > self.run_window_ns) {
+        while st.recent.front().is_some_and(|&f| t.saturating_sub(f) > self.cfg.run_window_ns) {
             st.recent.pop_front();
         }
         // The oldest times are kept, the newest dropped when it is full: the
@@ -190,8 +204,8 @@ impl RepeatedOpen {
         let class = file_class_name(st.class);
         if st.reported {
             self.counts.opens.add(&st.comm, cgroup, class, class, n);
-        } else if st.recent.len() as u64 >= self.min_count
-            && (self.verbose || st.recent.front().is_some_and(|&f| t.saturating_sub(f) >= RECUR_AFTER_NS))
+        } else if st.recent.len() as u64 >= self.cfg.min_count
+            && (self.cfg.verbose || st.recent.front().is_some_and(|&f| t.saturating_sub(f) >= RECUR_AFTER_NS))
         {
             st.reported = true;
             self.counts.opens.add(&st.comm, cgroup, class, class, st.opens);
@@ -210,8 +224,8 @@ impl Detector for RepeatedOpen {
                 let writes = c.raw.args[2] & libc::O_ACCMODE as u64 != libc::O_RDONLY as u64;
                 if !file.is_regular()
                     || file.opened_ns != c.raw.header.time_ns
-                    || (writes && !self.verbose)
-                    || self.ignore.matches(&file.path)
+                    || (writes && !self.cfg.verbose)
+                    || self.cfg.ignore.matches(&file.path)
                 {
                     return;
                 }
@@ -232,19 +246,13 @@ impl Detector for RepeatedOpen {
     }
 
     fn reopened(&mut self, file: &KnownFile, opens: u64, last_ns: u64, cgroup: u64, ev: &mut Evictions) {
-        if file.is_regular() && !self.ignore.matches(&file.path) {
+        if file.is_regular() && !self.cfg.ignore.matches(&file.path) {
             self.opened(file, last_ns, opens, cgroup, ev);
         }
     }
 
     fn reconfigure(&mut self, s: &super::Settings) {
-        let fresh = RepeatedOpen::new(s);
-        self.ignore = fresh.ignore;
-        self.min_count = fresh.min_count;
-        self.run_window_ns = fresh.run_window_ns;
-        self.window_ns = fresh.window_ns;
-        self.max = fresh.max;
-        self.verbose = fresh.verbose;
+        self.cfg = Config::new(s);
         self.paths.set_max_findings(s.max_findings);
     }
 
@@ -253,8 +261,8 @@ impl Detector for RepeatedOpen {
     }
 
     fn findings(&mut self, now_ns: u64, live: &[LiveFile<'_>], out: &mut Vec<Record>, ev: &mut Evictions) {
-        let oldest = now_ns.saturating_sub(self.window_ns.max(self.run_window_ns));
-        self.paths.prune(oldest, self.max, ev);
+        let oldest = now_ns.saturating_sub(self.cfg.window_ns.max(self.cfg.run_window_ns));
+        self.paths.prune(oldest, self.cfg.max, ev);
         for ((inc, path), st) in &self.paths.map {
             if !st.reported {
                 continue;

@@ -45,7 +45,7 @@ use crate::config::units::human_bytes;
 /// It exports no family of its own: the kernel counts small reads
 /// (sonic_probe_small_reads_total, sonic_probe_small_preads_total).
 pub const DETECTOR: Registration =
-    Registration { kind: Detail::KIND, metrics: &[], new: |s| Box::new(SmallReads::new(s)) };
+    Registration { kind: Detail::KIND, metrics: &[], new: |s, _| Box::new(SmallReads::new(s)) };
 
 /// Its thresholds (part of the findings' [`super::Settings`]).
 #[derive(Debug, Clone)]
@@ -119,7 +119,8 @@ tracked!(FileState, opens);
 
 type Key = (u64, Arc<str>);
 
-pub struct SmallReads {
+/// What it is told by the options (findings::Settings).
+struct Config {
     ignore: PathPatterns,
     /// The small-read threshold: opens that read less in all read whole.
     small_bytes: u64,
@@ -127,6 +128,24 @@ pub struct SmallReads {
     min_count: u64,
     window_ns: u64,
     max: usize,
+}
+
+impl Config {
+    fn new(s: &super::Settings) -> Self {
+        Config {
+            ignore: PathPatterns::new(&s.ignore_paths),
+            small_bytes: s.small_reads.bytes,
+            verbose: s.verbose,
+            min_count: s.small_reads.min_count.max(1),
+            window_ns: s.window.as_nanos() as u64,
+            max: s.max_findings,
+        }
+    }
+}
+
+pub struct SmallReads {
+    /// Its thresholds and windows, replaced whole on SIGHUP.
+    cfg: Config,
     files: StateMap<Key, FileState>,
     /// Per process: when its first file read in small pieces was opened.
     since: HashMap<u64, u64>,
@@ -137,12 +156,7 @@ pub struct SmallReads {
 impl SmallReads {
     pub fn new(s: &super::Settings) -> Self {
         SmallReads {
-            ignore: PathPatterns::new(&s.ignore_paths),
-            small_bytes: s.small_reads.bytes,
-            verbose: s.verbose,
-            min_count: s.small_reads.min_count.max(1),
-            window_ns: s.window.as_nanos() as u64,
-            max: s.max_findings,
+            cfg: Config::new(s),
             files: StateMap::new(DETECTOR.kind, |k: &Key| k.0, s.max_findings),
             since: HashMap::new(),
             recurring: HashSet::new(),
@@ -154,7 +168,7 @@ impl SmallReads {
     /// An open that read less than the threshold in all: the file was read
     /// whole, not in small pieces.
     fn read_whole(&self, t: &FileTotals) -> bool {
-        !self.verbose && t.read_bytes < self.small_bytes
+        !self.cfg.verbose && t.read_bytes < self.cfg.small_bytes
     }
 
     /// Notes a file of process `inc` read in small pieces, opened at
@@ -177,7 +191,7 @@ impl SmallReads {
         }
         self.recurring.insert(inc);
         // Its files read so far count now.
-        let min = self.min_count;
+        let min = self.cfg.min_count;
         for ((i, _), st) in self.files.map.iter_mut() {
             if *i == inc && st.totals.small_reads >= min {
                 st.reported = true;
@@ -202,12 +216,12 @@ impl Detector for SmallReads {
         if totals.small_reads == 0
             || !file.is_regular()
             || self.read_whole(&totals)
-            || self.ignore.matches(&file.path)
+            || self.cfg.ignore.matches(&file.path)
         {
             return;
         }
         let t = f.raw.header.time_ns;
-        let recurs = self.recurs(file.incarnation, file.opened_ns, t) || self.verbose;
+        let recurs = self.recurs(file.incarnation, file.opened_ns, t) || self.cfg.verbose;
         let key = (file.incarnation, file.path.clone());
         let new = (!self.files.map.contains_key(&key)).then(|| key.clone());
         let st = self.files.map.entry(key).or_insert_with(|| FileState {
@@ -223,7 +237,7 @@ impl Detector for SmallReads {
         add(&mut st.totals, &totals);
         st.last_ns = f.raw.header.time_ns;
         st.opens += 1;
-        st.reported |= recurs && st.totals.small_reads >= self.min_count;
+        st.reported |= recurs && st.totals.small_reads >= self.cfg.min_count;
         if let Some(key) = new {
             self.files.inserted(key, evictions);
         }
@@ -236,13 +250,7 @@ impl Detector for SmallReads {
     }
 
     fn reconfigure(&mut self, s: &super::Settings) {
-        let fresh = SmallReads::new(s);
-        self.ignore = fresh.ignore;
-        self.small_bytes = fresh.small_bytes;
-        self.verbose = fresh.verbose;
-        self.min_count = fresh.min_count;
-        self.window_ns = fresh.window_ns;
-        self.max = fresh.max;
+        self.cfg = Config::new(s);
         self.files.set_max_findings(s.max_findings);
     }
 
@@ -253,9 +261,9 @@ impl Detector for SmallReads {
         out: &mut Vec<Record>,
         evictions: &mut Evictions,
     ) {
-        self.files.prune(now_ns.saturating_sub(self.window_ns), self.max, evictions);
+        self.files.prune(now_ns.saturating_sub(self.cfg.window_ns), self.cfg.max, evictions);
         // Files still open add what they have read so far.
-        let ignored = |path: &str| self.ignore.matches(path);
+        let ignored = |path: &str| self.cfg.ignore.matches(path);
         let live: Vec<&LiveFile<'_>> = live
             .iter()
             .filter(|l| {
@@ -287,8 +295,8 @@ impl Detector for SmallReads {
             let t = m.totals;
             // Reported: the process had been reading that way long enough
             // when the file closed (it may have exited since), or has now.
-            if t.small_reads < self.min_count
-                || !(self.verbose || m.reported || self.recurring.contains(&inc))
+            if t.small_reads < self.cfg.min_count
+                || !(self.cfg.verbose || m.reported || self.recurring.contains(&inc))
             {
                 continue;
             }

@@ -46,7 +46,7 @@ use crate::{
 /// It has no thresholds of its own: the shared window, path patterns and
 /// `verbose` of [`Settings`] are all it reads.
 pub const DETECTOR: Registration =
-    Registration { kind: Detail::KIND, metrics: METRICS, new: |s| Box::new(SyscallErrors::new(s)) };
+    Registration { kind: Detail::KIND, metrics: METRICS, new: |s, _| Box::new(SyscallErrors::new(s)) };
 
 /// Its finding: failed system calls of one kind.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -147,11 +147,28 @@ tracked!(ErrState, count);
 /// (incarnation, syscall, errno).
 type Key = (u64, u16, u16);
 
-pub struct SyscallErrors {
+/// What it is told by the options (findings::Settings).
+struct Config {
     ignore: PathPatterns,
     window_ns: u64,
     max: usize,
     verbose: bool,
+}
+
+impl Config {
+    fn new(s: &Settings) -> Self {
+        Config {
+            ignore: PathPatterns::new(&s.ignore_paths),
+            window_ns: s.window.as_nanos() as u64,
+            max: s.max_findings,
+            verbose: s.verbose,
+        }
+    }
+}
+
+pub struct SyscallErrors {
+    /// Its thresholds and windows, replaced whole on SIGHUP.
+    cfg: Config,
     errors: StateMap<Key, ErrState>,
     counts: Counts,
 }
@@ -159,10 +176,7 @@ pub struct SyscallErrors {
 impl SyscallErrors {
     pub fn new(s: &Settings) -> Self {
         SyscallErrors {
-            ignore: PathPatterns::new(&s.ignore_paths),
-            window_ns: s.window.as_nanos() as u64,
-            max: s.max_findings,
-            verbose: s.verbose,
+            cfg: Config::new(s),
             errors: StateMap::new(DETECTOR.kind, |k: &Key| k.0, s.max_findings),
             counts: Counts::default(),
         }
@@ -190,10 +204,10 @@ impl Detector for SyscallErrors {
             return;
         }
         // A descriptor that was never open: nothing failed that was meant to work.
-        if c.raw.syscall == syscalls::CLOSE && e == libc::EBADF as u16 && !self.verbose {
+        if c.raw.syscall == syscalls::CLOSE && e == libc::EBADF as u16 && !self.cfg.verbose {
             return;
         }
-        let ignored = |p: &str| self.ignore.matches(p);
+        let ignored = |p: &str| self.cfg.ignore.matches(p);
         let path = c.path_lossy();
         if path.as_deref().is_some_and(ignored) {
             return;
@@ -229,7 +243,7 @@ impl Detector for SyscallErrors {
         // Failures counted in findings: all so far once it recurs, then each.
         let counted = if st.reported {
             Some(1)
-        } else if self.verbose || recurs(st, path.as_deref(), t) {
+        } else if self.cfg.verbose || recurs(st, path.as_deref(), t) {
             st.reported = true;
             st.seen = VecDeque::new();
             Some(st.count)
@@ -260,11 +274,7 @@ impl Detector for SyscallErrors {
     }
 
     fn reconfigure(&mut self, s: &Settings) {
-        let fresh = SyscallErrors::new(s);
-        self.ignore = fresh.ignore;
-        self.window_ns = fresh.window_ns;
-        self.max = fresh.max;
-        self.verbose = fresh.verbose;
+        self.cfg = Config::new(s);
         self.errors.set_max_findings(s.max_findings);
     }
 
@@ -275,7 +285,7 @@ impl Detector for SyscallErrors {
         out: &mut Vec<Record>,
         evictions: &mut Evictions,
     ) {
-        self.errors.prune(now_ns.saturating_sub(self.window_ns), self.max, evictions);
+        self.errors.prune(now_ns.saturating_sub(self.cfg.window_ns), self.cfg.max, evictions);
         for ((inc, sc, e), st) in self.errors.map.iter().filter(|(_, st)| st.reported) {
             out.push(
                 st.record(

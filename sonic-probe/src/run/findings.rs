@@ -18,7 +18,7 @@ use sonic_probe_common::{EventHeader, FileCloseEvent, ReopenKey, Reopens, EVENT_
 
 use crate::{
     events::{Event, FileClosed, ProcessKind},
-    findings::{self, DetectorMetrics, Engine, Finding, Settings, REOPEN_IDLE_NS},
+    findings::{self, DetectorMetrics, Engine, Finding, Settings, Shared, REOPEN_IDLE_NS},
     metrics::probe::SweptMaps,
     os::{monotonic_ns, procfs},
     probe::{OpenFiles, ReopenCounts},
@@ -45,12 +45,13 @@ fn is_regular(mode: u16) -> bool {
 impl FindingsService {
     pub fn new(
         settings: &Settings,
+        shared: &Shared,
         open_files: OpenFiles,
         reopens: Option<ReopenCounts>,
         workloads: Arc<Mutex<Workloads>>,
     ) -> Self {
         FindingsService {
-            engine: Arc::new(Mutex::new(Engine::new(settings))),
+            engine: Arc::new(Mutex::new(Engine::sharing(settings, shared))),
             open_files: Arc::new(Mutex::new(open_files)),
             reopens: reopens.map(|r| Arc::new(Mutex::new(r))),
             stale: Arc::new(Mutex::new(HashMap::new())),

@@ -214,8 +214,9 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
             .spawn()
             .context("cannot start the stack capture thread")?;
     }
-    let settings = crate::findings::Settings { captures: captures.clone(), ..config.findings.clone() };
-    let findings = FindingsService::new(&settings, open_files, Some(reopens), workloads.clone());
+    let shared = crate::findings::Shared { captures: captures.clone() };
+    let findings =
+        FindingsService::new(&config.findings, &shared, open_files, Some(reopens), workloads.clone());
     let consumer = tokio::spawn(consume(rx, pid_targets, findings.clone()));
 
     let attached = probe.attached().join(", ");
@@ -278,7 +279,6 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
         targets: targets.clone(),
         findings: findings.clone(),
         http: http_state.clone(),
-        captures: captures.clone(),
         capture_settings,
     };
     let why = loop {

@@ -11,7 +11,7 @@ use crate::{
     config::{options::RunArgs, RunConfig},
     error::Result,
     probe::{Probe, TargetMaps},
-    stacks::capture::{CaptureSettings, CaptureStore},
+    stacks::capture::CaptureSettings,
     web::HttpState,
 };
 
@@ -26,7 +26,6 @@ pub(super) struct Reloader {
     pub(super) targets: Arc<Mutex<TargetMaps>>,
     pub(super) findings: FindingsService,
     pub(super) http: Arc<HttpState>,
-    pub(super) captures: Option<CaptureStore>,
     pub(super) capture_settings: Arc<Mutex<CaptureSettings>>,
 }
 
@@ -40,8 +39,7 @@ impl Reloader {
         }
         self.targets.lock().expect("targets lock").reload(&old.targets, &new.targets)?;
         self.probe.lock().expect("probe lock").set_config(&probe_config(&new))?;
-        let settings = crate::findings::Settings { captures: self.captures.clone(), ..new.findings.clone() };
-        self.findings.reconfigure(&settings);
+        self.findings.reconfigure(&new.findings);
         *self.capture_settings.lock().expect("capture settings lock") = new.capture_settings();
         self.http.set_web_config(new.web.clone());
         self.http.set_path_display(new.findings_paths);
