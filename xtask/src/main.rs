@@ -30,7 +30,8 @@ tasks:
                  import each other without circles (also part of `test`);
                  --verbose lists every module's imports
   setup          install the Debian packages the build and the tests need (apt-get)
-  run [ARGS]     setup, build (release) and run `sonic-probe run ARGS` (needs root)
+  run [--] [ARGS]
+                 setup, build (release) and run `sonic-probe run ARGS` (needs root)
   test           setup, then fmt, clippy, build and all tests, integration tests
                  included (needs root: they load the real BPF programs), again with
                  every fallback variant of the BPF programs forced, the alert
@@ -162,7 +163,10 @@ fn apt_install(missing: &[&str]) -> Result<()> {
     sh("apt-get", &args, &[("DEBIAN_FRONTEND", "noninteractive")])
 }
 
+/// `cargo xtask run [--] ARGS`: the `--` that `cargo run` wants before a
+/// program's own flags is accepted here too, and dropped.
 fn run(args: &[String]) -> Result<()> {
+    let args = args.strip_prefix(&["--".to_string()]).unwrap_or(args);
     setup(false)?;
     sh("cargo", &["build", "--release", "-p", "sonic-probe"], &[])?;
     if !is_root() {

@@ -340,23 +340,23 @@ impl Detector for FutexStall {
         self.cfg = Config::new(s);
     }
 
-    fn findings(&mut self, now_ns: u64, _live: &[LiveFile<'_>], out: &mut Vec<Record>, ev: &mut Evictions) {
+    fn prune(&mut self, now_ns: u64, _live: &[LiveFile<'_>], ev: &mut Evictions) {
         self.records.prune(now_ns.saturating_sub(self.cfg.window_ns), self.cfg.max, ev);
-        out.extend(self.records.map.values().cloned());
     }
 
-    fn listed(&mut self, records: &[Record]) {
-        self.counts.max_seconds.clear();
-        for r in records {
+    fn findings(&self, now_ns: u64, _live: &[LiveFile<'_>], out: &mut Vec<Record>) {
+        out.extend(self.records.current(now_ns.saturating_sub(self.cfg.window_ns)).map(|(_, r)| r.clone()));
+    }
+
+    fn counts(&self, listed: &[Record]) -> Box<dyn DetectorCounts> {
+        let mut counts = self.counts.clone();
+        for r in listed {
             if let super::Detail::FutexStall(Detail { wait_seconds, .. }) = r.detail {
-                let m = self.counts.max_seconds.entry((r.comm.clone(), r.cgroup)).or_insert(0.0);
+                let m = counts.max_seconds.entry((r.comm.clone(), r.cgroup)).or_insert(0.0);
                 *m = m.max(wait_seconds);
             }
         }
-    }
-
-    fn counts(&self) -> Box<dyn DetectorCounts> {
-        Box::new(self.counts.clone())
+        Box::new(counts)
     }
 }
 

@@ -237,11 +237,14 @@ impl Detector for MmapChurn {
         self.groups.exited(incarnation);
     }
 
-    fn findings(&mut self, now_ns: u64, _live: &[LiveFile<'_>], out: &mut Vec<Record>, ev: &mut Evictions) {
+    fn prune(&mut self, now_ns: u64, _live: &[LiveFile<'_>], ev: &mut Evictions) {
         let oldest = now_ns.saturating_sub(self.cfg.cycle_ns);
         self.regions.retain(|_, r| r.mapped_ns >= oldest);
         self.groups.prune(now_ns.saturating_sub(self.cfg.window_ns), self.cfg.max, ev);
-        for ((inc, size, path), g) in &self.groups.map {
+    }
+
+    fn findings(&self, now_ns: u64, _live: &[LiveFile<'_>], out: &mut Vec<Record>) {
+        for ((inc, size, path), g) in self.groups.current(now_ns.saturating_sub(self.cfg.window_ns)) {
             if g.cycles < self.cfg.min_cycles {
                 continue;
             }
@@ -255,7 +258,7 @@ impl Detector for MmapChurn {
         }
     }
 
-    fn counts(&self) -> Box<dyn DetectorCounts> {
+    fn counts(&self, _listed: &[Record]) -> Box<dyn DetectorCounts> {
         Box::new(self.counts.clone())
     }
 }

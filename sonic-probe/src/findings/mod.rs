@@ -12,12 +12,15 @@
 //! `Settings`, a field of [`Settings`]). One line of the `detectors!` list
 //! names each detector, and makes [`DETECTORS`] and [`Detail`] of them.
 //!
-//! [`Engine::findings`] asks each detector for its current findings and
-//! folds the same problem of many exited processes into one finding
-//! ([`merge`]). Everything is bounded: each detector keeps at most
-//! `max_findings` findings, drops those not seen for `window`, and its
-//! working state is capped with a fair share per process that never evicts
-//! a finding ([`state`]).
+//! A library: events in, findings and counts out. It reads no kernel map
+//! and no /proc; the daemon (`run::findings`) feeds it what it needs of
+//! them as events. [`Engine::read`] asks each detector for its current
+//! findings and folds the same problem of many exited processes into one
+//! finding ([`merge`]); reading changes nothing. Everything is bounded:
+//! [`Engine::prune`] (the daemon's one-second tick) drops what was not seen
+//! for `window` and keeps at most `max_findings` findings per detector,
+//! and working state is capped with a fair share per process that never
+//! evicts a finding ([`state`]).
 //!
 //! Watching a whole host, most of what the detectors see is churn: tools
 //! that run for milliseconds and do the same harmless things at every
@@ -161,18 +164,13 @@ pub struct LiveFile<'a> {
 pub trait Detector: Send {
     /// Sees every event, in ring-buffer order.
     fn observe(&mut self, input: &Input<'_>, evictions: &mut Evictions);
-    /// Appends the current findings (at `now_ns`), dropping those older than
-    /// the window. `live` are the files open right now.
-    fn findings(
-        &mut self,
-        now_ns: u64,
-        live: &[LiveFile<'_>],
-        out: &mut Vec<Record>,
-        evictions: &mut Evictions,
-    );
-    /// The findings it has just appended, as the engine completed them
-    /// (their cgroups filled in).
-    fn listed(&mut self, _records: &[Record]) {}
+    /// Drops what has aged out of its windows at `now_ns` and bounds its
+    /// findings to `max_findings` (the daemon's one-second tick, never a
+    /// read). `live` are the files open right now.
+    fn prune(&mut self, now_ns: u64, live: &[LiveFile<'_>], evictions: &mut Evictions);
+    /// Appends the current findings at `now_ns`: what a prune at `now_ns`
+    /// would keep, changing nothing. `live` are the files open right now.
+    fn findings(&self, now_ns: u64, live: &[LiveFile<'_>], out: &mut Vec<Record>);
     /// Opens the kernel counted without sending them (its reopens map,
     /// read by the sweep): `opens` more read-only opens of `file`, the last
     /// at `last_ns`; `cgroup` as [`Input::cgroup`].
@@ -183,8 +181,9 @@ pub trait Detector: Send {
     /// New thresholds and windows (SIGHUP): state and findings are kept.
     fn reconfigure(&mut self, settings: &Settings);
     /// Its counters as they are now: taken under the engine's lock,
-    /// exported after it is released.
-    fn counts(&self) -> Box<dyn DetectorCounts> {
+    /// exported after it is released. `listed` are the findings it has
+    /// just listed, as the engine completed them (their cgroups filled in).
+    fn counts(&self, _listed: &[Record]) -> Box<dyn DetectorCounts> {
         Box::new(tally::Uncounted)
     }
 }
@@ -424,6 +423,17 @@ pub struct Engine {
     clock: Clock,
 }
 
+/// The kernel's open-file entries (tgid, fd and the entry) as the files
+/// the descriptor table knows.
+fn live_files<'f>(files: &'f FileTable, live: &[(u32, u32, OpenFile)]) -> Vec<LiveFile<'f>> {
+    live.iter()
+        .filter_map(|(tgid, fd, f)| {
+            let file = files.resolve(*tgid, *fd, f.opened_ns, f.dev, f.ino)?;
+            Some(LiveFile { file, totals: FileTotals::from(f) })
+        })
+        .collect()
+}
+
 /// Processes whose incarnation is remembered (live ones, in practice).
 const MAX_INCARNATIONS: usize = 65536;
 
@@ -527,29 +537,41 @@ impl Engine {
         self.files.expire_reopened(before_ns);
     }
 
-    /// Current findings, newest last-seen first. `live` are the kernel's
-    /// open-file entries (tgid, fd and the entry).
-    pub fn findings(&mut self, now_ns: u64, live: &[(u32, u32, OpenFile)]) -> Vec<Finding> {
-        let live_files: Vec<LiveFile<'_>> = live
-            .iter()
-            .filter_map(|(tgid, fd, f)| {
-                let file = self.files.resolve(*tgid, *fd, f.opened_ns, f.dev, f.ino)?;
-                Some(LiveFile { file, totals: FileTotals::from(f) })
-            })
-            .collect();
-        let mut records = Vec::new();
+    /// Drops what has aged out of every detector's windows at `now_ns` and
+    /// bounds their findings; `live` as in [`Engine::read`]. The daemon
+    /// calls it once a second, never from a read.
+    pub fn prune(&mut self, now_ns: u64, live: &[(u32, u32, OpenFile)]) {
+        let live_files = live_files(&self.files, live);
         for d in &mut self.detectors {
+            d.prune(now_ns, &live_files, &mut self.evictions);
+        }
+    }
+
+    /// Current findings, newest last-seen first.
+    pub fn findings(&self, now_ns: u64, live: &[(u32, u32, OpenFile)]) -> Vec<Finding> {
+        self.read(now_ns, live).0
+    }
+
+    /// Current findings, newest last-seen first, and the detectors' counts;
+    /// changes nothing. `live` are the kernel's open-file entries (tgid, fd
+    /// and the entry).
+    pub fn read(&self, now_ns: u64, live: &[(u32, u32, OpenFile)]) -> (Vec<Finding>, DetectorMetrics) {
+        let live_files = live_files(&self.files, live);
+        let mut records = Vec::new();
+        let mut counts = Vec::with_capacity(self.detectors.len());
+        for d in &self.detectors {
             let first = records.len();
-            d.findings(now_ns, &live_files, &mut records, &mut self.evictions);
+            d.findings(now_ns, &live_files, &mut records);
             for r in &mut records[first..] {
                 r.cgroup = self.cgroups.get(&r.incarnation).copied().unwrap_or(0);
             }
-            d.listed(&records[first..]);
+            counts.push(d.counts(&records[first..]));
         }
+        let metrics = DetectorMetrics { evictions: self.evictions.clone(), counts };
         let incarnations = &self.incarnations;
         let mut merged = merge::merge(records, |r| incarnations.get(&r.pid) == Some(&r.incarnation));
         merged.sort_by_key(|m| std::cmp::Reverse(m.record.last_ns));
-        merged
+        let findings = merged
             .into_iter()
             .map(|m| Finding {
                 first_seen: self.clock.rfc3339(m.record.first_ns),
@@ -562,14 +584,17 @@ impl Engine {
                 workload: WorkloadNames::default(),
                 cgroup: m.record.cgroup,
             })
-            .collect()
+            .collect();
+        (findings, metrics)
     }
 
-    /// What the detectors have counted so far.
+    /// What the detectors have counted so far (of the findings' own
+    /// counts, none: they come with [`Engine::read`]).
+    #[cfg(test)]
     pub fn metrics(&self) -> DetectorMetrics {
         DetectorMetrics {
             evictions: self.evictions.clone(),
-            counts: self.detectors.iter().map(|d| d.counts()).collect(),
+            counts: self.detectors.iter().map(|d| d.counts(&[])).collect(),
         }
     }
 
@@ -828,6 +853,42 @@ mod tests {
         // The wrapper's one failure does not count toward the program's.
         e.observe(&openat(7, 3 * SEC, "/usr/share/locale/C/LC_MESSAGES/bash.mo", -2, 0));
         assert!(e.findings(4 * SEC, &[]).is_empty());
+    }
+
+    #[test]
+    fn reading_changes_nothing_the_tick_prunes() {
+        let mut e = Engine::new(&Settings {
+            window: Duration::from_secs(60),
+            max_findings: 1,
+            repeated_open: repeated_open::Settings { count: 3, window: Duration::from_secs(60) },
+            ..Settings::default()
+        });
+        for (pid, path, start) in [(9, "/a.pth", 0), (10, "/b.pth", 10 * SEC)] {
+            for i in 1..=5 {
+                let t = start + i * SEC;
+                e.observe(&openat(pid, t, path, 3, 2));
+                e.observe(&close(pid, t + 1000, 3, t, 1, 100, 0, 0));
+            }
+        }
+        let paths = |f: Vec<Finding>| -> Vec<String> {
+            f.into_iter()
+                .filter_map(|f| match f.detail {
+                    Detail::RepeatedOpen(d) => Some(d.path),
+                    _ => None,
+                })
+                .collect()
+        };
+        // Reads, late or not, change nothing: both findings stay, past the
+        // bound of one, until the daemon's tick prunes.
+        assert_eq!(paths(e.findings(20 * SEC, &[])), ["/b.pth", "/a.pth"]);
+        assert!(e.findings(200 * SEC, &[]).is_empty(), "past the window");
+        assert_eq!(paths(e.findings(20 * SEC, &[])), ["/b.pth", "/a.pth"]);
+        assert_eq!(e.read(20 * SEC, &[]).1.evictions.get("repeated_open", "finding"), 0);
+        e.prune(20 * SEC, &[]);
+        assert_eq!(paths(e.findings(20 * SEC, &[])), ["/b.pth"], "the most recent kept");
+        assert_eq!(e.read(20 * SEC, &[]).1.evictions.get("repeated_open", "finding"), 1);
+        e.prune(200 * SEC, &[]);
+        assert!(e.findings(20 * SEC, &[]).is_empty(), "pruned past the window");
     }
 
     #[test]

@@ -155,6 +155,11 @@ pub struct RepeatedOpen {
 }
 
 impl RepeatedOpen {
+    /// States last seen before this are past both windows.
+    fn oldest(&self, now_ns: u64) -> u64 {
+        now_ns.saturating_sub(self.cfg.window_ns.max(self.cfg.run_window_ns))
+    }
+
     pub fn new(s: &super::Settings) -> Self {
         RepeatedOpen {
             cfg: Config::new(s),
@@ -260,10 +265,12 @@ impl Detector for RepeatedOpen {
         self.paths.exited(incarnation);
     }
 
-    fn findings(&mut self, now_ns: u64, live: &[LiveFile<'_>], out: &mut Vec<Record>, ev: &mut Evictions) {
-        let oldest = now_ns.saturating_sub(self.cfg.window_ns.max(self.cfg.run_window_ns));
-        self.paths.prune(oldest, self.cfg.max, ev);
-        for ((inc, path), st) in &self.paths.map {
+    fn prune(&mut self, now_ns: u64, _live: &[LiveFile<'_>], ev: &mut Evictions) {
+        self.paths.prune(self.oldest(now_ns), self.cfg.max, ev);
+    }
+
+    fn findings(&self, now_ns: u64, live: &[LiveFile<'_>], out: &mut Vec<Record>) {
+        for ((inc, path), st) in self.paths.current(self.oldest(now_ns)) {
             if !st.reported {
                 continue;
             }
@@ -289,7 +296,7 @@ impl Detector for RepeatedOpen {
         }
     }
 
-    fn counts(&self) -> Box<dyn DetectorCounts> {
+    fn counts(&self, _listed: &[Record]) -> Box<dyn DetectorCounts> {
         Box::new(self.counts.clone())
     }
 }

@@ -171,6 +171,25 @@ impl SmallReads {
         !self.cfg.verbose && t.read_bytes < self.cfg.small_bytes
     }
 
+    /// The files open now read in small pieces that can make findings.
+    fn small_live<'l, 'a>(&self, live: &'l [LiveFile<'a>]) -> Vec<&'l LiveFile<'a>> {
+        live.iter()
+            .filter(|l| {
+                l.totals.small_reads > 0
+                    && l.file.is_regular()
+                    && !self.read_whole(&l.totals)
+                    && !self.cfg.ignore.matches(&l.file.path)
+            })
+            .collect()
+    }
+
+    /// Whether [`Self::recurs`] would say true, without noting anything.
+    fn would_recur(&self, inc: u64, opened_ns: u64, t: u64) -> bool {
+        self.recurring.contains(&inc)
+            || t.saturating_sub(self.since.get(&inc).map_or(opened_ns, |s| (*s).min(opened_ns)))
+                >= RECUR_AFTER_NS
+    }
+
     /// Notes a file of process `inc` read in small pieces, opened at
     /// `opened_ns` and closed (or looked at) at `t`; true once the process
     /// has done so for RECUR_AFTER_NS.
@@ -254,29 +273,30 @@ impl Detector for SmallReads {
         self.files.set_max_findings(s.max_findings);
     }
 
-    fn findings(
-        &mut self,
-        now_ns: u64,
-        live: &[LiveFile<'_>],
-        out: &mut Vec<Record>,
-        evictions: &mut Evictions,
-    ) {
+    fn prune(&mut self, now_ns: u64, live: &[LiveFile<'_>], evictions: &mut Evictions) {
         self.files.prune(now_ns.saturating_sub(self.cfg.window_ns), self.cfg.max, evictions);
-        // Files still open add what they have read so far.
-        let ignored = |path: &str| self.cfg.ignore.matches(path);
-        let live: Vec<&LiveFile<'_>> = live
-            .iter()
-            .filter(|l| {
-                l.totals.small_reads > 0
-                    && l.file.is_regular()
-                    && !self.read_whole(&l.totals)
-                    && !ignored(&l.file.path)
-            })
-            .collect();
-        for l in &live {
+        // A process reading a file still open in small pieces for long
+        // enough recurs as if it had closed it now.
+        for l in self.small_live(live) {
             self.recurs(l.file.incarnation, l.file.opened_ns, now_ns);
         }
-        let mut merged = self.files.map.clone();
+    }
+
+    fn findings(&self, now_ns: u64, live: &[LiveFile<'_>], out: &mut Vec<Record>) {
+        // Files still open add what they have read so far.
+        let live = self.small_live(live);
+        // Processes that recur now (as prune will note).
+        let recurring: HashSet<u64> = live
+            .iter()
+            .filter(|l| self.would_recur(l.file.incarnation, l.file.opened_ns, now_ns))
+            .map(|l| l.file.incarnation)
+            .chain(self.recurring.iter().copied())
+            .collect();
+        let mut merged: HashMap<Key, FileState> = self
+            .files
+            .current(now_ns.saturating_sub(self.cfg.window_ns))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         for l in live {
             let e = merged.entry((l.file.incarnation, l.file.path.clone())).or_insert_with(|| FileState {
                 pid: l.file.tgid,
@@ -296,7 +316,7 @@ impl Detector for SmallReads {
             // Reported: the process had been reading that way long enough
             // when the file closed (it may have exited since), or has now.
             if t.small_reads < self.cfg.min_count
-                || !(self.cfg.verbose || m.reported || self.recurring.contains(&inc))
+                || !(self.cfg.verbose || m.reported || recurring.contains(&inc))
             {
                 continue;
             }

@@ -177,6 +177,12 @@ impl<K: Eq + Hash + Clone, V: Tracked> StateMap<K, V> {
         }
     }
 
+    /// The states `prune(oldest_ns, ..)` would keep (all seen since
+    /// `oldest_ns`), without pruning: what a read lists.
+    pub fn current(&self, oldest_ns: u64) -> impl Iterator<Item = (&K, &V)> {
+        self.map.iter().filter(move |(_, v)| v.last_ns() >= oldest_ns)
+    }
+
     /// Drops states not seen since `oldest_ns` (findings and working state
     /// alike: their time has passed), and keeps at most `max` findings, the
     /// most recently seen.

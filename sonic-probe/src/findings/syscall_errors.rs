@@ -278,15 +278,13 @@ impl Detector for SyscallErrors {
         self.errors.set_max_findings(s.max_findings);
     }
 
-    fn findings(
-        &mut self,
-        now_ns: u64,
-        _live: &[LiveFile<'_>],
-        out: &mut Vec<Record>,
-        evictions: &mut Evictions,
-    ) {
+    fn prune(&mut self, now_ns: u64, _live: &[LiveFile<'_>], evictions: &mut Evictions) {
         self.errors.prune(now_ns.saturating_sub(self.cfg.window_ns), self.cfg.max, evictions);
-        for ((inc, sc, e), st) in self.errors.map.iter().filter(|(_, st)| st.reported) {
+    }
+
+    fn findings(&self, now_ns: u64, _live: &[LiveFile<'_>], out: &mut Vec<Record>) {
+        let current = self.errors.current(now_ns.saturating_sub(self.cfg.window_ns));
+        for ((inc, sc, e), st) in current.filter(|(_, st)| st.reported) {
             out.push(
                 st.record(
                     Detail {
@@ -303,7 +301,7 @@ impl Detector for SyscallErrors {
         }
     }
 
-    fn counts(&self) -> Box<dyn DetectorCounts> {
+    fn counts(&self, _listed: &[Record]) -> Box<dyn DetectorCounts> {
         Box::new(self.counts.clone())
     }
 }

@@ -14,6 +14,9 @@
 use aya::maps::{Array, HashMap, MapData};
 use sonic_probe_common::{FileKey, OpenFile};
 
+/// Entries of the map, (key, value).
+pub type Entries = Vec<(FileKey, OpenFile)>;
+
 pub struct OpenFiles {
     map: HashMap<MapData, FileKey, OpenFile>,
     generation: Array<MapData, u64>,
@@ -29,7 +32,8 @@ impl OpenFiles {
         self.map.iter().filter_map(Result::ok).collect()
     }
 
-    /// Deletes the entries `stale` says are stale; returns them. Then, if
+    /// Deletes the entries `stale` says are stale; returns them, and the
+    /// entries kept. Then, if
     /// `new_generation` (a process exec'd or exited since the last sweep),
     /// makes every slot of fd_class_cache stale: a descriptor it kept may
     /// be gone with no close seen (close-on-exec, exit), and its number
@@ -38,9 +42,8 @@ impl OpenFiles {
         &mut self,
         mut stale: impl FnMut(&FileKey, &OpenFile) -> bool,
         new_generation: bool,
-    ) -> Vec<(FileKey, OpenFile)> {
-        let gone: Vec<(FileKey, OpenFile)> =
-            self.entries().into_iter().filter(|(k, v)| stale(k, v)).collect();
+    ) -> (Entries, Entries) {
+        let (gone, kept): (Vec<_>, Vec<_>) = self.entries().into_iter().partition(|(k, v)| stale(k, v));
         for (k, _) in &gone {
             let _ = self.map.remove(k);
         }
@@ -52,7 +55,7 @@ impl OpenFiles {
                 tracing::warn!("cannot start a new generation of the descriptor class cache: {e}");
             }
         }
-        gone
+        (gone, kept)
     }
 
     pub fn len(&self) -> usize {

@@ -14,7 +14,9 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use sonic_probe_common::{EventHeader, FileCloseEvent, ReopenKey, Reopens, EVENT_FILE_CLOSE};
+use sonic_probe_common::{
+    EventHeader, FileCloseEvent, FileKey, OpenFile, ReopenKey, Reopens, EVENT_FILE_CLOSE,
+};
 
 use crate::{
     events::{Event, FileClosed, ProcessKind},
@@ -40,6 +42,16 @@ pub struct FindingsService {
 
 fn is_regular(mode: u16) -> bool {
     u32::from(mode) & libc::S_IFMT == libc::S_IFREG
+}
+
+/// The kernel's open-file entries of regular files open now, as the
+/// engine takes them: (tgid, fd, entry).
+fn live_files(entries: Vec<(FileKey, OpenFile)>) -> Vec<(u32, u32, OpenFile)> {
+    entries
+        .into_iter()
+        .filter(|(_, f)| f.opened_ns != 0 && is_regular(f.mode))
+        .map(|(k, f)| (k.tgid, k.fd, f))
+        .collect()
 }
 
 impl FindingsService {
@@ -78,36 +90,30 @@ impl FindingsService {
 
     /// Current findings and the detectors' counters.
     fn current_findings(&self) -> (Vec<Finding>, DetectorMetrics) {
-        let live: Vec<(u32, u32, sonic_probe_common::OpenFile)> = {
-            let files = self.open_files.lock().expect("open files lock");
-            files
-                .entries()
-                .into_iter()
-                .filter(|(_, f)| f.opened_ns != 0 && is_regular(f.mode))
-                .map(|(k, f)| (k.tgid, k.fd, f))
-                .collect()
-        };
-        let mut engine = self.engine.lock().expect("engine lock");
-        let mut findings = engine.findings(monotonic_ns(), &live);
+        let live = live_files(self.open_files.lock().expect("open files lock").entries());
+        let (mut findings, metrics) = self.engine.lock().expect("engine lock").read(monotonic_ns(), &live);
         let mut workloads = self.workloads.lock().expect("workloads lock");
         workloads.next_generation();
         for f in &mut findings {
             f.workload = workloads.names(f.cgroup);
         }
-        (findings, engine.metrics())
+        (findings, metrics)
     }
 
-    /// Deletes the kernel's entries of processes that exec'd or are gone;
-    /// what was read through their regular files reaches the detectors as
-    /// if they had been closed. First the opens the kernel counted without
-    /// sending them reach the detectors (while the processes that made
-    /// them are still known).
+    /// The daemon's one-second tick. Deletes the kernel's entries of
+    /// processes that exec'd or are gone; what was read through their
+    /// regular files reaches the detectors as if they had been closed.
+    /// First the opens the kernel counted without sending them reach the
+    /// detectors (while the processes that made them are still known).
+    /// Then the detectors drop what has aged out of their windows, with the
+    /// files still open (the entries the sweep kept): reading the findings
+    /// never does.
     pub fn sweep(&self) {
         let stale = std::mem::take(&mut *self.stale.lock().expect("stale lock"));
         self.sweep_reopens(&stale);
         let mut alive: HashMap<u32, bool> = HashMap::new();
         let mut files = self.open_files.lock().expect("open files lock");
-        let gone = files.sweep(
+        let (gone, kept) = files.sweep(
             |k, v| match stale.get(&k.tgid) {
                 Some(Some(exec_ns)) => v.opened_ns < *exec_ns,
                 Some(None) => true,
@@ -140,6 +146,7 @@ impl FindingsService {
         for tgid in stale.keys().copied().chain(dead) {
             engine.forget_files(tgid);
         }
+        engine.prune(now, &live_files(kept));
     }
 
     /// The opens the kernel's reopens entries counted that the detectors
