@@ -266,17 +266,15 @@ int BPF_PROG(sched_process_fork, struct task_struct *parent, struct task_struct 
 	return 0;
 }
 
-SEC("tp_btf/sched_process_exec")
-int BPF_PROG(sched_process_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+/* --comm targets are decided by the process's name (its leader's comm)
+ * whenever it takes one: at every exec, and at every rename of the leader
+ * (prctl(PR_SET_NAME), a write to /proc/PID/comm: setproctitle in
+ * gunicorn, celery and Ray workers; busybox applets run without an exec). */
+static __always_inline void decide_comm_target(__u32 tgid, const struct comm_key *ck)
 {
-	__u32 tgid = p->tgid;
-	struct comm_key ck = {};
-	read_comm((char *)ck.comm, p);
-
-	/* --comm targets are decided by name at every exec. */
 	__u32 *flags = bpf_map_lookup_elem(&target_processes, &tgid);
 	__u32 old = flags ? *flags : 0, new = old;
-	if (bpf_map_lookup_elem(&target_comms, &ck))
+	if (bpf_map_lookup_elem(&target_comms, ck))
 		new |= SP_TARGET_COMM;
 	else
 		new &= ~SP_TARGET_COMM;
@@ -286,6 +284,28 @@ int BPF_PROG(sched_process_exec, struct task_struct *p, pid_t old_pid, struct li
 		else if (bpf_map_update_elem(&target_processes, &tgid, &new, BPF_ANY))
 			count(SP_COUNTER_DROP_TARGET);
 	}
+}
+
+SEC("tp_btf/task_rename")
+int BPF_PROG(task_rename, struct task_struct *task, const char *comm)
+{
+	/* A thread naming itself does not rename its process. */
+	if (task->pid != task->tgid)
+		return 0;
+	/* The new name (task->comm is still the old one here). */
+	struct comm_key ck = {};
+	bpf_probe_read_kernel_str(ck.comm, sizeof(ck.comm), comm);
+	decide_comm_target(task->tgid, &ck);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(sched_process_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	__u32 tgid = p->tgid;
+	struct comm_key ck = {};
+	read_comm((char *)ck.comm, p);
+	decide_comm_target(tgid, &ck);
 
 	struct probe_config *cfg = get_config();
 	if (cfg && is_target(cfg, tgid))

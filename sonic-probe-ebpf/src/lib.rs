@@ -167,7 +167,7 @@ pub struct ProgramSpec {
 /// Programs are attached group by group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProgramGroup {
-    /// fork/exec/exit: keep the target set current. Attached first, so that
+    /// fork/exec/exit/rename: keep the target set current. Attached first, so that
     /// no process started while the rest attaches escapes it.
     Lifecycle,
     /// sys_enter/sys_exit: measure the calls.
@@ -191,6 +191,7 @@ pub const PROGRAMS: &[ProgramSpec] = &[
         tracepoint: "sched_process_exit",
         group: ProgramGroup::Lifecycle,
     },
+    ProgramSpec { name: "task_rename", tracepoint: "task_rename", group: ProgramGroup::Lifecycle },
     ProgramSpec { name: "sys_enter", tracepoint: "sys_enter", group: ProgramGroup::Syscalls },
     ProgramSpec { name: "sys_exit", tracepoint: "sys_exit", group: ProgramGroup::Syscalls },
 ];

@@ -17,8 +17,14 @@ use sonic_probe_tests::{privileged, sonic_probe_bin, Daemon};
 static LOCK: Mutex<()> = Mutex::new(());
 
 /// Our programs (bpftool shows their full BTF names) and maps (15 bytes max).
-const OUR_PROGRAMS: &[&str] =
-    &["sys_enter", "sys_exit", "sched_process_fork", "sched_process_exec", "sched_process_exit"];
+const OUR_PROGRAMS: &[&str] = &[
+    "sys_enter",
+    "sys_exit",
+    "sched_process_fork",
+    "sched_process_exec",
+    "sched_process_exit",
+    "task_rename",
+];
 const OUR_MAPS: &[&str] =
     &["thread_states", "syscall_stats", "syscall_errors", "target_processe", "target_comms"];
 

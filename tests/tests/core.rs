@@ -371,6 +371,37 @@ fn a_renamed_process_counts_under_each_name_exactly() {
     assert_eq!(m.sum("sonic_probe_aggregation_overflow_total", &[("map", "syscall_stats")]), 0.0);
 }
 
+/// --comm follows a process's name whenever it takes one, not only at
+/// exec: a process that renames itself to a watched name (prctl
+/// PR_SET_NAME, as Python's setproctitle does in gunicorn, celery and Ray
+/// workers) is watched from then on, and one renamed away from it is not,
+/// until it takes the name back. The workload's own numbers are the oracle:
+/// n reads under its first name, 3n under the second, n under the first.
+#[test]
+fn comm_targets_follow_renames_both_ways() {
+    if !privileged("comm_targets_follow_renames_both_ways") {
+        return;
+    }
+    let n = 100;
+    let (into_first, watched) = (unique_name("spi"), unique_name("spj"));
+    let (watched_first, away) = (unique_name("spk"), unique_name("spl"));
+    let into = Workload::start(Some(&into_first), &["rename", &watched, &n.to_string()]);
+    let leaves = Workload::start(Some(&watched_first), &["rename", &away, &n.to_string()]);
+    let d = Daemon::start(&["--comm", &watched, "--comm", &watched_first]);
+    assert!(into.go().success());
+    assert!(leaves.go().success());
+    let m = d.metrics();
+    assert_eq!(m.calls("read", &watched), 3 * n, "renamed into a watched name: watched from the rename on");
+    assert_eq!(
+        m.calls("read", &into_first),
+        0,
+        "not watched before the rename nor after it took its name back"
+    );
+    // (its go read began before the daemon attached: not seen)
+    assert_eq!(m.calls("read", &watched_first), 2 * n, "watched under its name, before and after");
+    assert_eq!(m.calls("read", &away), 0, "renamed away from the watched name: not watched");
+}
+
 /// The first keys get a slot of the kernel's per-CPU statistics array, the
 /// rest count in its per-CPU hash (stats.h): both exactly.
 #[test]

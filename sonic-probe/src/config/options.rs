@@ -167,8 +167,9 @@ run_options! {
     pid: Vec<i64>;
 
     /// Watch processes with this name (the thread-group leader's comm, at
-    /// most 15 bytes), those running now and those that exec later.
-    /// Repeatable.
+    /// most 15 bytes), those running now and those that take it later: by
+    /// exec or by renaming themselves (prctl PR_SET_NAME, setproctitle); a
+    /// process renamed away is no longer watched. Repeatable.
     #[arg(long, value_name = "NAME")]
     comm: Vec<String>;
 

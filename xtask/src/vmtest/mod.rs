@@ -146,6 +146,7 @@ const PLAN: &[(&str, &[&str])] = &[
             "cgroup_targets_include_descendant_cgroups",
             "names_beyond_max_comms_are_exported_as_other",
             "a_renamed_process_counts_under_each_name_exactly",
+            "comm_targets_follow_renames_both_ways",
             "keys_beyond_the_statistics_slots_count_exactly",
             "bpf_run_time_statistics_with_bpf_stats",
             "pread64_write_and_ioctl_counts_are_exact",
