@@ -32,6 +32,17 @@ pub fn privileged(test: &str) -> bool {
     false
 }
 
+/// The BPF programs `sonic-probe run` attaches: sys_enter, sys_exit,
+/// sched_process_fork, sched_process_exec, sched_process_exit and
+/// task_rename.
+pub const PROGRAMS_ATTACHED: f64 = 6.0;
+
+/// Put in the message of an assertion on wall-clock time (a bucket, a
+/// measured wait), and only there: `cargo xtask vmtest` retries a test of
+/// its RETRY_ONCE list once when its failure says this (a guest vCPU the
+/// host leaves unscheduled stretches time under TCG), never a failed count.
+pub const TIMING: &str = "SONIC-TIMING";
+
 /// target/<profile>/ of the running test binary.
 fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
@@ -558,6 +569,23 @@ pub fn parse_strace_summary(text: &str) -> BTreeMap<String, (u64, u64)> {
         out.insert(name, (calls, errors));
     }
     out
+}
+
+/// The running kernel's (major, minor) release, from uname.
+pub fn kernel_version() -> (u32, u32) {
+    let release = nix::sys::utsname::uname().expect("uname").release().to_string_lossy().into_owned();
+    let mut parts = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse().ok());
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+/// The kernel release that brought a futex operation of `sp-workload
+/// stall` (the others are older than any kernel we support).
+pub fn futex_op_since(op: &str) -> (u32, u32) {
+    match op {
+        "lock_pi2" => (5, 14),
+        "waitv" => (5, 16),
+        _ => (0, 0),
+    }
 }
 
 /// Whether this kernel has a futex operation of `sp-workload stall`:

@@ -73,7 +73,10 @@ fn assert_thread_capabilities(d: &Daemon, kept: &str, what: &str) {
     // and the runtime's workers (which serve HTTP and decode events) were
     // started before the drop. A scrape first, so that blocking-pool
     // threads exist too.
-    assert_eq!(d.metrics().get("sonic_probe_bpf_programs_attached", &[]), Some(5.0));
+    assert_eq!(
+        d.metrics().get("sonic_probe_bpf_programs_attached", &[]),
+        Some(sonic_probe_tests::PROGRAMS_ATTACHED)
+    );
     let tasks: Vec<_> = std::fs::read_dir(format!("/proc/{}/task", d.pid())).unwrap().flatten().collect();
     assert!(tasks.len() >= 3, "{} threads", tasks.len());
     for task in tasks {
@@ -107,7 +110,10 @@ fn capabilities_are_dropped_after_attach() {
         d.log()
     );
     // And it still works: scrapes read the maps through the fds it holds.
-    assert_eq!(d.metrics().get("sonic_probe_bpf_programs_attached", &[]), Some(5.0));
+    assert_eq!(
+        d.metrics().get("sonic_probe_bpf_programs_attached", &[]),
+        Some(sonic_probe_tests::PROGRAMS_ATTACHED)
+    );
     drop(d);
 
     // Without stack captures nothing needs CAP_SYS_PTRACE: it goes too.
@@ -118,7 +124,10 @@ fn capabilities_are_dropped_after_attach() {
         assert!(d.log().iter().any(|l| l.contains("dropped all capabilities")), "{:?}", d.log());
     }
     assert!(!d.log().iter().any(|l| l.contains("CAP_SYS_PTRACE")), "{:?}", d.log());
-    assert_eq!(d.metrics().get("sonic_probe_bpf_programs_attached", &[]), Some(5.0));
+    assert_eq!(
+        d.metrics().get("sonic_probe_bpf_programs_attached", &[]),
+        Some(sonic_probe_tests::PROGRAMS_ATTACHED)
+    );
 }
 
 #[test]
@@ -129,7 +138,10 @@ fn btf_from_a_file_is_used_for_loading() {
     // Kernels without /sys/kernel/btf/vmlinux get their BTF from a file
     // (e.g. a BTFHub download); the kernel's own file is a valid one.
     let d = Daemon::start(&["--pid", "1", "--btf", "/sys/kernel/btf/vmlinux"]);
-    assert_eq!(d.metrics().get("sonic_probe_bpf_programs_attached", &[]), Some(5.0));
+    assert_eq!(
+        d.metrics().get("sonic_probe_bpf_programs_attached", &[]),
+        Some(sonic_probe_tests::PROGRAMS_ATTACHED)
+    );
 }
 
 #[test]

@@ -51,6 +51,9 @@ pub const METRICS: &[MetricDef] = &[
         "Always 1; labels tell the sonic-probe version and the running kernel."),
     def("sonic_probe_bpf_programs_attached", GAUGE, &[],
         "BPF programs currently attached."),
+    def("sonic_probe_bpf_programs", GAUGE, &[],
+        "BPF programs this build attaches when healthy (what sonic_probe_bpf_programs_attached should \
+         be, whatever the version)."),
     def("sonic_probe_kernel_feature", GAUGE, &["feature"],
         "1 if the running kernel accepted the BPF feature's probe program, else 0 (btf_tracepoint, ringbuf, \
          task_btf, ancestor_cgroup_id, task_storage, bpf_loop, percpu_lookup)."),
@@ -181,6 +184,10 @@ impl Collector for ProbeCollector {
             out.push(probe_family(
                 "sonic_probe_bpf_programs_attached",
                 vec![gauge(&[], probe.attached().len() as f64)],
+            ));
+            out.push(probe_family(
+                "sonic_probe_bpf_programs",
+                vec![gauge(&[], sonic_probe_ebpf::PROGRAMS.len() as f64)],
             ));
             out.push(probe_family(
                 "sonic_probe_kernel_feature",

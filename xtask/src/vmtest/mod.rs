@@ -209,10 +209,12 @@ const PLAN: &[(&str, &[&str])] = &[
 ];
 
 /// Tests with wall-clock bounds that a vCPU preempted on a busy host can
-/// miss under TCG: run again once after a failure. A pass on the retry is
-/// reported as flaky and fails the kernel unless the test is in
-/// [`ALLOWED_FLAKY`]. Exactness tests (counts, bytes) are never retried: a
-/// count that is wrong once is a bug.
+/// miss under TCG: run again once after a failure of such a bound, and only
+/// then (the guest retries a failure whose output has the marker the tests
+/// put in their timing assertions' messages, sonic_probe_tests::TIMING;
+/// their exact counts in the same tests are never retried: a count that is
+/// wrong once is a bug). A pass on the retry is reported as flaky and fails
+/// the kernel unless the test is in [`ALLOWED_FLAKY`].
 const RETRY_ONCE: &[&str] =
     &["a_200ms_futex_wait_lands_in_the_right_bucket", "every_futex_wait_operation_is_a_stall_with_its_waker"];
 
