@@ -215,6 +215,7 @@ pub const FUTEX_WAITV: u16 = 6;
 pub const PREAD64: u16 = 7;
 pub const WRITE: u16 = 8;
 pub const IOCTL: u16 = 9;
+pub const PWRITE64: u16 = 10;
 
 const NONE: Syscall = Syscall {
     index: 0,
@@ -247,7 +248,7 @@ use Arg::*;
 
 /// Every traced system call, in index order.
 #[rustfmt::skip]
-pub const SYSCALLS: [Syscall; 10] = [
+pub const SYSCALLS: [Syscall; 11] = [
     Syscall {
         index: FUTEX, name: "futex", nr_x86_64: 202,
         variant: Variant::FutexCommand,
@@ -398,6 +399,29 @@ pub const SYSCALLS: [Syscall; 10] = [
                 name: "sonic_probe_ioctl_duration_seconds",
                 help: "Duration of ioctl calls by the class of the device (gpu: the GPU driver's calls, \
                        where a CUDA synchronize waits).",
+            }),
+            ..NO_FAMILIES
+        },
+        ..NONE
+    },
+    // Opt-in like write: the writes of a database or a log at an offset
+    // are as hot as write's.
+    Syscall {
+        index: PWRITE64, name: "pwrite64", nr_x86_64: 18,
+        fd_arg: Some(0), fd_use: FdUse::Classify,
+        size_arg: Some(2),
+        bytes: Bytes::Return,
+        variant: Variant::FileClass,
+        default_on: false,
+        args: Args::List(&[Fd, Addr, Unsigned, Signed]),
+        families: Families {
+            bytes: Some(Family {
+                name: "sonic_probe_pwrite64_bytes_total",
+                help: "Bytes written by successful pwrite64 calls.",
+            }),
+            size: Some(Family {
+                name: "sonic_probe_pwrite64_size_bytes",
+                help: "Bytes given to pwrite64 calls, by the class of what was written to.",
             }),
             ..NO_FAMILIES
         },
@@ -644,7 +668,11 @@ mod tests {
         assert!(by_name("sendmsg").is_none());
         assert_eq!(mask_of([FUTEX, MUNMAP]), 0b10001);
         assert_eq!(names_of(default_mask()).len(), 8, "the seven calls of before plus pread64");
-        assert_eq!(default_mask() & mask_of([WRITE, IOCTL]), 0, "write and ioctl are opt-in");
+        assert_eq!(
+            default_mask() & mask_of([WRITE, IOCTL, PWRITE64]),
+            0,
+            "write, ioctl and pwrite64 are opt-in"
+        );
         assert_eq!(names_of(all_mask()).len(), NR_SYSCALLS);
     }
 }

@@ -92,6 +92,13 @@ pub mod io {
     pub const WRITE_SIZE: u64 = 512;
     pub const WRITES_EBADF: u64 = 1;
     pub const WRITE: u64 = WRITES_NULL + WRITES_PIPE + WRITES_EBADF;
+    /// pwrite64s to /dev/null at increasing offsets; one to the pipe
+    /// (ESPIPE: no offsets on a pipe) and one to a bad descriptor.
+    pub const PWRITES_NULL: u64 = 20;
+    pub const PWRITE_SIZE: u64 = 256;
+    pub const PWRITES_ESPIPE: u64 = 1;
+    pub const PWRITES_EBADF: u64 = 1;
+    pub const PWRITE64: u64 = PWRITES_NULL + PWRITES_ESPIPE + PWRITES_EBADF;
     /// FIONREAD on the pipe: succeeds.
     pub const IOCTLS_OK: u64 = 10;
     /// TCGETS on /dev/null: not a tty.
@@ -106,10 +113,13 @@ pub mod io {
         assert_eq!(m.calls("close", name), CLOSE);
         assert_eq!(m.calls("pread64", name), PREAD64);
         assert_eq!(m.calls("write", name), WRITE);
+        assert_eq!(m.calls("pwrite64", name), PWRITE64);
         assert_eq!(m.calls("ioctl", name), IOCTL);
         assert_eq!(m.errors("pread64", name, "EBADF"), PREADS_EBADF);
         assert_eq!(m.errors("pread64", name, "ESPIPE"), PREADS_ESPIPE);
         assert_eq!(m.errors("write", name, "EBADF"), WRITES_EBADF);
+        assert_eq!(m.errors("pwrite64", name, "ESPIPE"), PWRITES_ESPIPE);
+        assert_eq!(m.errors("pwrite64", name, "EBADF"), PWRITES_EBADF);
         assert_eq!(m.errors("ioctl", name, "ENOTTY"), IOCTLS_ENOTTY);
         assert_eq!(m.errors("ioctl", name, "EBADF"), IOCTLS_EBADF);
 
@@ -119,6 +129,7 @@ pub mod io {
             m.get("sonic_probe_write_bytes_total", &c),
             Some(((WRITES_NULL + WRITES_PIPE) * WRITE_SIZE) as f64)
         );
+        assert_eq!(m.get("sonic_probe_pwrite64_bytes_total", &c), Some((PWRITES_NULL * PWRITE_SIZE) as f64));
         // The model file's reads by class, all small; the pipe's failed one is not_file.
         let model = [("comm", name), ("file_class", "model")];
         assert_eq!(
@@ -131,6 +142,7 @@ pub mod io {
             m.get("sonic_probe_write_size_bytes_count", &not_file),
             Some((WRITES_NULL + WRITES_PIPE + WRITES_EBADF) as f64)
         );
+        assert_eq!(m.get("sonic_probe_pwrite64_size_bytes_count", &not_file), Some(PWRITE64 as f64));
         // Neither the pipe nor /dev/null is a GPU.
         let other = [("comm", name), ("device_class", "other")];
         assert_eq!(m.get("sonic_probe_ioctl_duration_seconds_count", &other), Some(IOCTL as f64));

@@ -465,7 +465,8 @@ fn pread64_write_and_ioctl_counts_are_exact() {
     let w = Workload::start(Some(&name), &["io", model.to_str().unwrap()]);
     let pid = w.pid().to_string();
     let all = Daemon::start(&["--pid", &pid, "--syscalls", "all"]);
-    // The default set: pread64 like read, write and ioctl not traced at all.
+    // The default set: pread64 like read; the calls not in it (write,
+    // pwrite64, ioctl) not traced at all.
     let default = Daemon::start(&["--pid", &pid]);
     assert!(w.go().success());
 
@@ -473,7 +474,10 @@ fn pread64_write_and_ioctl_counts_are_exact() {
     let m = default.metrics();
     assert_eq!(m.calls("pread64", &name), io::PREAD64);
     assert_eq!(m.calls("openat", &name), io::OPENAT);
-    for off in ["write", "ioctl"] {
+    let off: Vec<&str> =
+        sonic_probe_common::syscalls::SYSCALLS.iter().filter(|s| !s.default_on).map(|s| s.name).collect();
+    assert!(off.contains(&"write") && off.contains(&"pwrite64") && off.contains(&"ioctl"), "{off:?}");
+    for off in off {
         assert_eq!(m.calls(off, &name), 0, "{off} is not in the default set");
     }
     assert!(m.matching("sonic_probe_write_bytes_total", &[("comm", &name)]).next().is_none());
@@ -671,6 +675,7 @@ fn pread64_write_and_ioctl_counts_equal_strace_counts() {
     // The workload's own calls are all there (plus its start-up's).
     assert!(strace["pread64"].0 >= io::PREAD64, "{strace:?}");
     assert!(strace["write"].0 >= io::WRITE, "{strace:?}");
+    assert!(strace["pwrite64"].0 >= io::PWRITE64, "{strace:?}");
     assert!(strace["ioctl"].0 >= io::IOCTL, "{strace:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

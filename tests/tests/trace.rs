@@ -43,7 +43,7 @@ fn calls_per_thread(text: &str) -> Vec<Vec<String>> {
 
 /// Erases what differs between two runs of the same command, and only that:
 /// addresses (ASLR: mmap's and munmap's address and mmap's result, futex
-/// words, futex_waitv's array), read's, pread64's and write's buffer (strace
+/// words, futex_waitv's array), read's, pread64's, write's and pwrite64's buffer (strace
 /// shows the data, we show its address), inode numbers in descriptor names, and the padding before
 /// the result. Every other number (mmap offsets, futex values and bitsets,
 /// sizes, flags, descriptors) must be strace's exactly.
@@ -57,7 +57,7 @@ fn normalize(line: &str) -> String {
     };
     match name {
         "read" if args.len() == 3 => args[1] = "BUF".to_string(),
-        "write" | "pread64" if args.len() >= 3 => args[1] = "BUF".to_string(),
+        "write" | "pread64" | "pwrite64" if args.len() >= 3 => args[1] = "BUF".to_string(),
         "mmap" => {
             erase(&mut args[0]);
             erase(&mut result);
@@ -255,8 +255,9 @@ fn pread64_and_write_like_strace() {
         return;
     }
     // The dynamic loader reads ELF headers with pread64; then preads of a
-    // file at offsets, one past its end, one of a bad descriptor, and
-    // writes to /dev/null and to a closed descriptor.
+    // file at offsets, one past its end, one of a bad descriptor; writes
+    // and pwrite64s to /dev/null, and each to a closed descriptor; a
+    // pwrite64 to a pipe (ESPIPE).
     let py = python();
     let prog = "import os\n\
                 fd = os.open('/etc/os-release', os.O_RDONLY)\n\
@@ -264,9 +265,12 @@ fn pread64_and_write_like_strace() {
                 os.close(fd)\n\
                 w = os.open('/dev/null', os.O_WRONLY)\n\
                 os.write(w, b'hello'); os.write(w, b'x' * 5000)\n\
+                os.pwrite(w, b'hello', 7); os.pwrite(w, b'x' * 5000, 1 << 20)\n\
                 os.close(w)\n\
-                for f in (os.pread, os.write):\n    try:\n        f(99, *((1, 0) if f is os.pread else (b'y',)))\n    except OSError:\n        pass";
-    compare_calls("python io", "openat,pread64,write,close", &[&py, "-S", "-c", prog]);
+                r, p = os.pipe()\n\
+                for f, a in ((os.pread, (99, 1, 0)), (os.write, (99, b'y')), (os.pwrite, (99, b'y', 0)),\n\
+                             (os.pwrite, (p, b'y', 0))):\n    try:\n        f(*a)\n    except OSError:\n        pass";
+    compare_calls("python io", "openat,pread64,write,pwrite64,close", &[&py, "-S", "-c", prog]);
 }
 
 #[test]

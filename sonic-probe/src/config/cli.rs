@@ -6,16 +6,35 @@
 //! validated configuration.
 
 use clap::{Args, Parser, Subcommand};
+use sonic_probe_common::syscalls;
 
-use crate::{config::options::RunArgs, config::units::parse_size};
+use crate::config::{
+    options::{default_syscalls_text, opt_in_syscalls_text, RunArgs},
+    units::parse_size,
+};
+
+/// The command's `about`: what it watches, from the syscall table.
+fn about() -> String {
+    let opt_in = opt_in_syscalls_text();
+    let on_request = if opt_in.is_empty() { String::new() } else { format!(" (and on request {opt_in})") };
+    format!(
+        "Watch a service's {} calls{on_request} through eBPF, continuously and cheaply, and export \
+         them as Prometheus metrics.",
+        default_syscalls_text()
+    )
+}
+
+/// trace's `-e` help: the names it takes are the table's.
+fn trace_expr_help() -> String {
+    format!(
+        "Which calls: trace=LIST (or just LIST), LIST a comma-separated subset of {}, or all (the \
+         default).",
+        syscalls::names_of(syscalls::all_mask()).join(",")
+    )
+}
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "sonic-probe",
-    version,
-    about = "Watch a service's futex, futex_waitv, openat, read, mmap, munmap and close calls \
-             through eBPF, continuously and cheaply, and export them as Prometheus metrics."
-)]
+#[command(name = "sonic-probe", version, about = about())]
 pub struct Cli {
     // Documented with the options of `run` (also a key of its config file).
     #[arg(long, global = true, value_name = "FILTER", help = crate::config::options::help_of("log_level"))]
@@ -72,9 +91,8 @@ pub struct TraceArgs {
     #[arg(short = 'y')]
     pub paths: bool,
 
-    /// Which calls: trace=LIST (or just LIST), LIST a comma-separated subset
-    /// of futex,openat,read,mmap,munmap,close,futex_waitv, or all (the default).
-    #[arg(short = 'e', value_name = "EXPR")]
+    // Its help names the table's calls: trace_expr_help.
+    #[arg(short = 'e', value_name = "EXPR", help = trace_expr_help())]
     pub expr: Vec<String>,
 
     /// Write the trace (or the -c table) to FILE instead of stderr.
@@ -203,6 +221,30 @@ mod tests {
             "README's table of run flags is not the options table's: SONIC_PROBE_UPDATE_DOCS=1 \
              cargo test -p sonic-probe readme rewrites it"
         );
+    }
+
+    /// The command's about, trace's -e and run's --syscalls name every
+    /// row of the syscall table, none by hand.
+    #[test]
+    fn help_texts_name_every_traced_call() {
+        let cli = Cli::command();
+        let about = cli.get_about().expect("about").to_string();
+        let help = |sub: &str, arg: &str| {
+            let c = cli.find_subcommand(sub).expect(sub);
+            let a = c.get_arguments().find(|a| a.get_id() == arg).expect(arg);
+            a.get_help().expect("help").to_string()
+        };
+        let (expr, list) = (help("trace", "expr"), help("run", "syscalls"));
+        for row in syscalls::SYSCALLS {
+            for (what, text) in [("about", &about), ("trace -e", &expr), ("run --syscalls", &list)] {
+                assert!(
+                    text.split(|c: char| !c.is_ascii_alphanumeric() && c != '_').any(|w| w == row.name),
+                    "{what} does not name {}: {text}",
+                    row.name
+                );
+            }
+        }
+        assert!(!list.contains('{'), "{list}");
     }
 
     #[test]

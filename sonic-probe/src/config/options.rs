@@ -66,9 +66,15 @@ pub struct OptionDoc {
 }
 
 impl OptionDoc {
-    /// The help text on one line, without the default.
+    /// The help text on one line, without the default; the syscall table's
+    /// lists where the doc says `{default_syscalls}` or `{opt_in_syscalls}`.
     pub fn help(&self) -> String {
-        self.doc.iter().map(|l| l.trim()).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+        let text = self.doc.iter().map(|l| l.trim()).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
+        if !text.contains('{') {
+            return text;
+        }
+        text.replace("{default_syscalls}", &default_syscalls_text())
+            .replace("{opt_in_syscalls}", &opt_in_syscalls_text())
     }
 
     /// The default as a user writes it on the command line (`100ms`).
@@ -101,6 +107,28 @@ pub fn flag_of(field: &str) -> String {
         .iter()
         .find(|o| o.name == field)
         .map_or_else(|| format!("--{}", field.replace('_', "-")), OptionDoc::flag)
+}
+
+/// `a, b and c`.
+fn spoken_list(names: &[&str]) -> String {
+    match names {
+        [] => String::new(),
+        [one] => (*one).to_string(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+/// The calls `run` traces by default (`--syscalls default`), from the
+/// syscall table, in its order: `futex, openat, ... and pread64`.
+pub fn default_syscalls_text() -> String {
+    use sonic_probe_common::syscalls;
+    spoken_list(&syscalls::names_of(syscalls::default_mask()))
+}
+
+/// The calls `run` traces only when `--syscalls` names them.
+pub fn opt_in_syscalls_text() -> String {
+    use sonic_probe_common::syscalls;
+    spoken_list(&syscalls::names_of(syscalls::all_mask() & !syscalls::default_mask()))
 }
 
 /// Defines [`RunArgs`] and [`OPTIONS`] from one list of options: each is
@@ -204,11 +232,11 @@ run_options! {
     #[serde(deserialize_with = "size")]
     small_read_threshold: Option<u64> = "4KiB";
 
-    /// System calls to trace, by name, with `default` (futex, openat, read,
-    /// mmap, munmap, close, futex_waitv, pread64) and `all`: e.g.
-    /// default,write,ioctl. write and ioctl are off by default: on inference
-    /// nodes they are the hottest calls (logging, sockets, the GPU driver)
-    /// and each traced call costs a few hundred ns. SIGHUP changes it.
+    /// System calls to trace, by name, with `default` ({default_syscalls})
+    /// and `all`: e.g. default,write,ioctl. {opt_in_syscalls} are off by
+    /// default: on inference nodes they are the hottest calls (logging,
+    /// sockets, the GPU driver) and each traced call costs a few hundred ns.
+    /// SIGHUP changes it.
     #[arg(long, value_name = "LIST", value_parser = parse_syscalls)]
     #[serde(deserialize_with = "syscalls")]
     syscalls: Option<u32> = "default";

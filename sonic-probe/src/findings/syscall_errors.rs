@@ -19,8 +19,9 @@
 //! give-up); none of them comes back within the same process. Also never a
 //! finding: `close` failing with EBADF (a shell closing descriptors that
 //! were never open, as `exec 9>&-` does), and failures on ignored paths,
-//! for reads and mmaps too when their descriptor's path is ignored (a
-//! monitoring agent reading /proc/PID/stat of a process that just exited).
+//! for calls on a descriptor too (the row's `fd_arg`: read, pread64, write,
+//! mmap, ...) when its path is ignored (a monitoring agent reading
+//! /proc/PID/stat of a process that just exited).
 //! A reported state adds sonic_probe_recurring_errors_total.
 
 use std::{collections::VecDeque, sync::Arc};
@@ -212,9 +213,10 @@ impl Detector for SyscallErrors {
         if path.as_deref().is_some_and(ignored) {
             return;
         }
-        // A read or mmap through a descriptor of an ignored path.
-        if matches!(c.raw.syscall, syscalls::READ | syscalls::MMAP) {
-            let fd = c.raw.args[if c.raw.syscall == syscalls::READ { 0 } else { 4 }];
+        // A call on a descriptor of an ignored path (a read, write or mmap
+        // of it): the descriptor is the argument its row says.
+        if let Some(arg) = c.syscall().fd_arg {
+            let fd = c.raw.args[usize::from(arg)];
             if input
                 .files
                 .of_call(c.tgid(), fd as u32, c.raw.file_dev, c.raw.file_ino)
@@ -441,6 +443,44 @@ mod tests {
         let mut v = Engine::new(&verbose());
         v.observe(&close(SEC));
         assert_eq!(found(&mut v, 2 * SEC).len(), 1);
+    }
+
+    /// Every call with a descriptor argument (its row's `fd_arg`), not
+    /// only read's: a failure on a descriptor of an ignored path is no
+    /// finding, the same failure on another file's descriptor is one.
+    #[test]
+    fn failures_on_descriptors_of_ignored_paths_are_not_failures_whatever_the_call() {
+        let with_fd: Vec<_> = syscalls::SYSCALLS.iter().filter(|s| s.fd_arg.is_some()).collect();
+        for name in ["read", "pread64", "write", "mmap"] {
+            assert!(with_fd.iter().any(|s| s.name == name), "{name} has a descriptor argument");
+        }
+        let failed = |row: &syscalls::Syscall, fd: u64, t: u64| {
+            let mut args = [0, 0, 4096, 0, 0, 0];
+            args[usize::from(row.fd_arg.unwrap())] = fd;
+            Event::Call(call(row.index, 4, 4, t, 10, -3, args))
+        };
+        // Verbose: any failure that is not filtered out is a finding at once.
+        let mut e = Engine::new(&verbose());
+        e.observe(&openat(4, SEC, "/proc/1234/stat", 5, 1));
+        for row in &with_fd {
+            e.observe(&failed(row, 5, 2 * SEC));
+        }
+        assert!(found(&mut e, 3 * SEC).is_empty(), "{:?}", found(&mut e, 3 * SEC));
+        e.observe(&openat(4, 4 * SEC, "/srv/models/a.bin", 6, 1));
+        for row in &with_fd {
+            e.observe(&failed(row, 6, 5 * SEC));
+        }
+        let mut calls: Vec<String> = found(&mut e, 6 * SEC)
+            .into_iter()
+            .map(|f| match f {
+                findings::Detail::SyscallErrors(d) => d.syscall,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        calls.sort();
+        let mut want: Vec<String> = with_fd.iter().map(|s| s.name.to_string()).collect();
+        want.sort();
+        assert_eq!(calls, want);
     }
 
     #[test]

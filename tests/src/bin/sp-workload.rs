@@ -12,7 +12,8 @@
 //!                              "holder" wakes it or unlocks, MS ms after it
 //!                              saw it blocked (in /proc)
 //!   io PATH                    the fixed sequence of workload::io (pread64,
-//!                              write, ioctl) on PATH, a pipe and /dev/null
+//!                              write, pwrite64, ioctl) on PATH, a pipe and
+//!                              /dev/null
 //!   rename NAME N              N reads of /dev/zero, then under the process
 //!                              name NAME 3*N reads, then under the first
 //!                              name again N reads (the kernel's slot cache
@@ -402,6 +403,16 @@ fn main() {
             }
             for _ in 0..io::WRITES_EBADF {
                 libc::write(-1, buf(), 16);
+            }
+            for i in 0..io::PWRITES_NULL {
+                let off = (i * io::PWRITE_SIZE) as libc::off_t;
+                libc::pwrite(null_fd, buf(), io::PWRITE_SIZE as usize, off);
+            }
+            for _ in 0..io::PWRITES_ESPIPE {
+                libc::pwrite(pipe[1], buf(), 16, 0);
+            }
+            for _ in 0..io::PWRITES_EBADF {
+                libc::pwrite(-1, buf(), 16, 0);
             }
             let mut n: libc::c_int = 0;
             for _ in 0..io::IOCTLS_OK {
