@@ -1,4 +1,4 @@
-//! Stall stack captures end to end (issue 13): the daemon sees a request
+//! Stall stack captures end to end: the daemon sees a request
 //! thread's futex wait in the kernel's futex_waiting map while it lasts,
 //! reads the stalled process's stacks, and the futex_stall finding carries
 //! them: a Python stand-in whose main thread blocks in `infer()` on the

@@ -3,7 +3,7 @@
 
 It handles REQUESTS requests the way the field service did (faulty) or the
 way it should (healthy), with the system calls the five problems of
-shared/docs/scenarios.md are made of:
+docs/scenarios.md are made of:
 
   faulty, per request                      healthy
   1. opens lip_decoder.pth again, reads it   model opened, read and mapped once, kept

@@ -1,5 +1,5 @@
 //! `cargo xtask deps`: proves that the file-level modules of sonic-probe and
-//! sonic-probe-common import each other without circles (issue 14, item 1),
+//! sonic-probe-common import each other without circles,
 //! so that each file can be read, tested and changed knowing only the files
 //! below it. `cargo xtask test` runs it, and so does a unit test of xtask
 //! (`cargo test --workspace`), so a new circle fails the tests.

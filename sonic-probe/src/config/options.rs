@@ -1,4 +1,4 @@
-//! `sonic-probe run`'s options, each defined once (issue 14, item 2).
+//! `sonic-probe run`'s options, each defined once.
 //!
 //! One entry of the table below is all an option is: its doc (the `--help`
 //! text and the README row), its flag (clap's `arg`), its config-file key

@@ -1,4 +1,4 @@
-//! One finding per problem, not per pid (issue 15).
+//! One finding per problem, not per pid.
 //!
 //! Detectors keep their findings per process incarnation, which is what
 //! exact counts need. Listed like that, a harmless pattern of a tool that

@@ -4,7 +4,7 @@
 //!
 //! `glob::Pattern::matches` backtracks through each `*` character by
 //! character; with a dozen patterns per path that was the daemon's largest
-//! cost on a busy node (issue 15). Nearly every pattern has no special
+//! cost on a busy node. Nearly every pattern has no special
 //! character but `*` (`/proc/*`, `*.so.*`, `*/pyvenv.cfg`), and such a
 //! pattern matches when its literal pieces appear in the path in order, the
 //! first at the start and the last at the end: a few `starts_with`,

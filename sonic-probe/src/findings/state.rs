@@ -1,5 +1,5 @@
 //! The detectors' working state, bounded so that churn cannot push out a
-//! service's problems (issue 15).
+//! service's problems.
 //!
 //! Watching a whole host, a detector sees thousands of paths, errors and
 //! mappings that never become findings: one-off opens of short-lived tools,

@@ -1,4 +1,4 @@
-//! Stall stack captures (issue 13): the stacks of a stalled process, read
+//! Stall stack captures: the stacks of a stalled process, read
 //! while the stall lasts.
 //!
 //! Why here and not at the stall's end: by the time the futex_stall
