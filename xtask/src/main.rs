@@ -10,7 +10,7 @@ use std::{
     io::{BufRead, BufReader, Write},
     path::{Path, PathBuf},
     process::{Command, ExitCode, Stdio},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
@@ -178,17 +178,54 @@ fn run(args: &[String]) -> Result<()> {
     sh(bin.to_str().expect("utf-8 path"), &full, &[])
 }
 
+/// Phases of a run, timed; [`Phases::report`] prints how long each took,
+/// so that the minutes of a CI run show where they go.
+#[derive(Default)]
+struct Phases {
+    done: Vec<(&'static str, Duration, bool)>,
+}
+
+impl Phases {
+    fn run(&mut self, name: &'static str, phase: impl FnOnce() -> Result<()>) -> Result<()> {
+        let started = Instant::now();
+        let result = phase();
+        self.done.push((name, started.elapsed(), result.is_ok()));
+        result
+    }
+
+    fn report(&self) {
+        let total: Duration = self.done.iter().map(|(_, d, _)| *d).sum();
+        eprintln!("\n== cargo xtask test: {:.1} min", total.as_secs_f64() / 60.0);
+        for (name, d, ok) in &self.done {
+            eprintln!("{:>7.1} s  {name}{}", d.as_secs_f64(), if *ok { "" } else { "  FAILED" });
+        }
+    }
+}
+
 fn test() -> Result<()> {
-    setup(true)?;
-    sh("cargo", &["fmt", "--all", "--", "--check"], &[])?;
-    sh("cargo", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"], &[])?;
-    deps::run(&root(), &[])?;
-    sh("cargo", &["build", "--workspace", "--all-targets"], &[])?;
+    let mut phases = Phases::default();
+    let result = test_phases(&mut phases);
+    phases.report();
+    result
+}
+
+fn test_phases(p: &mut Phases) -> Result<()> {
+    p.run("setup (apt-get)", || setup(true))?;
+    p.run("cargo fmt --check", || sh("cargo", &["fmt", "--all", "--", "--check"], &[]))?;
+    p.run("cargo clippy", || {
+        sh("cargo", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"], &[])
+    })?;
+    p.run("cargo xtask deps", || deps::run(&root(), &[]))?;
+    p.run("cargo build (debug, all targets)", || {
+        sh("cargo", &["build", "--workspace", "--all-targets"], &[])
+    })?;
     if !is_root() {
         bail!("the integration tests load BPF programs: run `cargo xtask test` as root");
     }
     // Integration tests must not skip here: a missing privilege is a failure.
-    sh("cargo", &["test", "--workspace"], &[("SONIC_PROBE_REQUIRE_PRIVILEGED", "1")])?;
+    p.run("cargo test (unit and integration tests)", || {
+        sh("cargo", &["test", "--workspace"], &[("SONIC_PROBE_REQUIRE_PRIVILEGED", "1")])
+    })?;
     // The same kernel with the BPF programs' fallback variants (what 5.10
     // gets: CO-RE reads, per-thread state in a hash, futex wakes in a map),
     // at full speed: every test that watches real calls.
@@ -196,17 +233,21 @@ fn test() -> Result<()> {
     for t in ["core", "diagnoses", "trace", "reliability", "kernels", "cli", "workloads", "stacks"] {
         fallback.extend(["--test", t]);
     }
-    sh("cargo", &fallback, &[("SONIC_PROBE_REQUIRE_PRIVILEGED", "1"), ("SONIC_PROBE_FALLBACK", "all")])?;
-    sh("promtool", &["test", "rules", "deploy/prometheus/alerts_test.yml"], &[])?;
-    package(false)?;
+    p.run("integration tests, SONIC_PROBE_FALLBACK=all", || {
+        sh("cargo", &fallback, &[("SONIC_PROBE_REQUIRE_PRIVILEGED", "1"), ("SONIC_PROBE_FALLBACK", "all")])
+    })?;
+    p.run("promtool test rules", || {
+        sh("promtool", &["test", "rules", "deploy/prometheus/alerts_test.yml"], &[])
+    })?;
+    p.run("Debian package", || package(false))?;
     // The benchmark's smoke pass: every tracer attaches and the report is
     // written; nothing is asserted on timings (the full run is manual).
-    bench_task(&["--smoke".to_string()])?;
+    p.run("bench --smoke", || bench_task(&["--smoke".to_string()]))?;
     // The fuzz targets, 30 s each.
-    fuzz::run(&[])?;
+    p.run("fuzz", || fuzz::run(&[]))?;
     // Other kernels: Debian's 5.10, 6.1 and 6.12 in qemu, as many at a time
     // as the machine has CPUs.
-    vmtest::run(&["--kernel".to_string(), "all".to_string()])
+    p.run("vmtest (5.10, 6.1, 6.12)", || vmtest::run(&["--kernel".to_string(), "all".to_string()]))
 }
 
 /// The Debian package, built and installed for real.
