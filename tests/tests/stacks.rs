@@ -95,8 +95,12 @@ fn functions(stack: &Value) -> Vec<String> {
     })
 }
 
+/// Captures with `result` so far; every result's series is exported from
+/// the start (0 until one happens): a missing one fails.
 fn captures(d: &Daemon, result: &str) -> f64 {
-    d.metrics().get("sonic_probe_stack_captures_total", &[("result", result)]).unwrap_or(-1.0)
+    let m = d.metrics();
+    m.get("sonic_probe_stack_captures_total", &[("result", result)])
+        .unwrap_or_else(|| panic!("no sonic_probe_stack_captures_total{{result={result:?}}}:\n{}", m.text))
 }
 
 fn total_captures(d: &Daemon) -> f64 {
@@ -276,7 +280,12 @@ fn a_process_that_exits_mid_wait_harms_nothing() {
     // Nothing stalled to the end: no finding, and the daemon serves on.
     let f = d.findings();
     assert!(pids.iter().all(|p| stall_of(&f, p.parse().unwrap()).is_none()), "{f:#?}");
-    assert!(total_captures(&d) <= 3.0);
+    // The one killed 600 ms into its wait was past the 200 ms threshold for
+    // at least two of the capturer's 150 ms looks: a capture was attempted
+    // (whatever its result, the process gone or not), and none more than
+    // once per process.
+    let attempted = total_captures(&d);
+    assert!((1.0..=3.0).contains(&attempted), "{attempted} captures attempted");
     assert_eq!(
         d.metrics().get("sonic_probe_bpf_programs_attached", &[]),
         Some(sonic_probe_tests::PROGRAMS_ATTACHED)
