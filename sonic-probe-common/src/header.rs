@@ -1,5 +1,6 @@
 //! The whole C header the BPF programs are compiled against, put together
-//! from the crate's definitions: `sonic-probe-ebpf/build.rs` calls
+//! from the crate's definitions: `sonic-probe-ebpf/build.rs` (and the
+//! benchmark's, `bench/build.rs`, for its minimal reference program) calls
 //! [`generate`] and writes the result to `$OUT_DIR/sonic_probe_layout.h`; the
 //! C code never declares these structures itself.
 //!

@@ -8,6 +8,10 @@
 //! [`Variant::object`] with aya and attaches each of [`PROGRAMS`] to its BTF
 //! tracepoint. Map names used by the daemon are listed in [`maps`]; they are
 //! the `SEC(".maps")` variables of `bpf/maps.h`.
+//!
+//! Only what the daemon loads is here: the benchmark's reference programs
+//! (the floor, the minimal histogram) are the bench crate's (`bench/`), so
+//! that the shipped daemon carries none of them.
 
 include!(concat!(env!("OUT_DIR"), "/variants.rs"));
 
@@ -129,30 +133,6 @@ impl Variant {
         variant_object(self.task_btf, self.task_storage, self.waker_percpu)
     }
 }
-
-/// Empty programs on sys_enter/sys_exit (`floor_enter`, `floor_exit`): what
-/// benchmarks compare sonic-probe's cost with.
-pub static FLOOR_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/floor.bpf.o"));
-
-/// The least an exact per-call latency histogram costs (`minimal_enter`,
-/// `minimal_exit`: clock at entry and exit, task storage, one per-CPU hash
-/// bucket per call), for benchmarks.
-pub static MINIMAL_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/minimal.bpf.o"));
-
-/// The minimal programs with one piece removed each, by the piece's name
-/// (same program names): the benchmark's breakdown of where the minimal's
-/// run time goes. They count nothing meaningful.
-pub static MINIMAL_WITHOUT: &[(&str, &[u8])] = &[
-    ("clock", aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/minimal_without_clock.bpf.o"))),
-    (
-        "task-storage",
-        aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/minimal_without_task_storage.bpf.o")),
-    ),
-    (
-        "aggregation",
-        aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/minimal_without_aggregation.bpf.o")),
-    ),
-];
 
 /// A program of the object and the BTF tracepoint it attaches to.
 #[derive(Clone, Copy, Debug)]

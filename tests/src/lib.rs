@@ -74,9 +74,16 @@ pub fn workload_bin() -> PathBuf {
     target_dir().join("sp-workload")
 }
 
-/// The microbenchmark binary (tests/src/bin/sp-bench.rs).
+/// The microbenchmark binary (bench/src/bin/sp-bench.rs: the bench crate's,
+/// so built by `cargo build --workspace`, not with this package's tests).
 pub fn bench_bin() -> PathBuf {
-    target_dir().join("sp-bench")
+    let p = target_dir().join("sp-bench");
+    assert!(
+        p.exists(),
+        "{} is missing: build it first (cargo build -p sonic-probe-bench; cargo xtask test does)",
+        p.display()
+    );
+    p
 }
 
 /// Resident memory of a process, in bytes (VmRSS).

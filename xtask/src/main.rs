@@ -14,9 +14,8 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
+use sonic_probe_bench as bench;
 
-mod bench;
-mod bpfstats;
 mod deps;
 mod fuzz;
 mod vmtest;
@@ -448,7 +447,7 @@ fn bench_task(args: &[String]) -> Result<()> {
             }
         }
     };
-    sh("cargo", &["build", "--release", "-p", "sonic-probe", "-p", "sonic-probe-tests", "--bins"], &[])?;
+    sh("cargo", &["build", "--release", "-p", "sonic-probe", "-p", "sonic-probe-bench", "--bins"], &[])?;
     for tool in ["bpftrace", "perf"] {
         if Command::new(tool).arg("--version").output().is_err() {
             sh("apt-get", &["install", "-y", "-q", if tool == "perf" { "linux-perf" } else { tool }], &[])?;
@@ -458,45 +457,6 @@ fn bench_task(args: &[String]) -> Result<()> {
     if !Path::new("/sys/kernel/tracing/events").exists() {
         let _ = Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]).status();
     }
-    let mut report = String::from("# sonic-probe benchmark\n\n");
-    report.push_str(&format!(
-        "{} round(s){}; the kernel-side figures decide, the wall-clock ones carry the machine's noise.\n\n",
-        rounds,
-        if smoke { ", smoke run (fewer iterations)" } else { "" }
-    ));
-    report.push_str(&bench::machine_facts());
-    report.push('\n');
-    if args.iter().any(|a| a == "--cpu-only") {
-        report.push_str(&bench::cpu_only(&root(), smoke, rounds)?);
-        println!("{report}");
-        return Ok(());
-    }
-    report.push_str(&bench::run(&root(), smoke, rounds, &tracers)?);
-    if tracers.len() < all.len() {
-        return write_report(&report, smoke);
-    }
-    let (cpu, rss, ready) = bench::daemon_load(&root(), 100_000, if smoke { 2 } else { 10 })?;
-    report.push_str(&format!(
-        "\n## The daemon\n\n| measure | value | target |\n|---|---|---|\n\
-         | daemon process CPU at 100k traced calls/s (the BPF cost is in the traced process: see above) | {cpu:.2}% of one core | <= 2% |\n\
-         | resident memory (steady) | {:.1} MiB | <= 64 MiB |\n\
-         | start to ready | {ready:.0} ms | <= 1000 ms |\n",
-        rss as f64 / 1024.0
-    ));
-    if !smoke {
-        report.push_str(&bench::scaling(&root())?);
-    }
-    write_report(&report, smoke)
-}
-
-/// Prints the bench's report and keeps it in target/bench (a run of a
-/// subset of the tracers too: it is the one the next look will want).
-fn write_report(report: &str, smoke: bool) -> Result<()> {
-    let dir = root().join("target/bench");
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join(if smoke { "report-smoke.md" } else { "report.md" });
-    std::fs::write(&path, report)?;
-    println!("{report}");
-    eprintln!("written to {}", path.display());
-    Ok(())
+    let options = bench::Options { smoke, rounds, cpu_only: args.iter().any(|a| a == "--cpu-only"), tracers };
+    bench::bench(&root(), &options)
 }

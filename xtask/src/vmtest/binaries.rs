@@ -37,7 +37,19 @@ pub fn build(plan: &[(&str, Vec<&str>)]) -> Result<Binaries> {
         first = vec!["build", "-p", "sonic-probe-tests", "--bins"];
     }
     let mut artifacts = cargo_artifacts(&first)?;
-    artifacts.extend(cargo_artifacts(&["build", "-p", "sonic-probe", "--bin", "sonic-probe"])?);
+    // sp-bench is the bench crate's (bench/); the reliability tests load the
+    // daemon with it.
+    artifacts.extend(cargo_artifacts(&[
+        "build",
+        "-p",
+        "sonic-probe",
+        "--bin",
+        "sonic-probe",
+        "-p",
+        "sonic-probe-bench",
+        "--bin",
+        "sp-bench",
+    ])?);
     let find = |kind: &str, name: &str| {
         artifacts
             .iter()

@@ -42,7 +42,7 @@ pub enum Role {
 /// The role of a program by its name: every tracer in the bench names its
 /// per-call programs `..._enter` / `..._exit` (floor_enter, minimal_exit,
 /// sys_enter, bpftrace's `sys_exit`); sonic-probe's `sched_process_exit`
-/// is lifecycle, not per call.
+/// and `task_rename` are lifecycle, not per call.
 pub fn role(name: &str) -> Role {
     if name.contains("process") {
         Role::Other
@@ -166,7 +166,7 @@ mod tests {
         for n in ["floor_exit", "minimal_exit", "sys_exit"] {
             assert_eq!(role(n), Role::Exit, "{n}");
         }
-        for n in ["sched_process_exit", "sched_process_fork", "sched_process_exec"] {
+        for n in ["sched_process_exit", "sched_process_fork", "sched_process_exec", "task_rename"] {
             assert_eq!(role(n), Role::Other, "{n}");
         }
     }

@@ -8,11 +8,14 @@
 //! Why a binary of its own: `cargo xtask bench` compares sonic-probe with
 //! these programs, and xtask must build on a fresh machine before clang
 //! and libbpf's headers (which the BPF objects need) are installed by its
-//! own `setup`; so xtask does not link the BPF objects, this does.
+//! own `setup`; so xtask links this crate without them (no
+//! `reference-programs` feature), and this binary, built with them, loads
+//! them.
 
 use std::{io::Read, process::ExitCode};
 
 use aya::{programs::BtfTracePoint, Btf, EbpfLoader};
+use sonic_probe_bench::reference::{FLOOR_OBJECT, MINIMAL_OBJECT, MINIMAL_WITHOUT};
 
 fn attach(object: &[u8], enter: &str, exit: &str) -> anyhow::Result<aya::Ebpf> {
     let btf = Btf::from_sys_fs()?;
@@ -30,15 +33,15 @@ fn attach(object: &[u8], enter: &str, exit: &str) -> anyhow::Result<aya::Ebpf> {
 fn main() -> ExitCode {
     let which = std::env::args().nth(1).unwrap_or_default();
     let attached = match which.as_str() {
-        "floor" => attach(sonic_probe_ebpf::FLOOR_OBJECT, "floor_enter", "floor_exit"),
-        "minimal" => attach(sonic_probe_ebpf::MINIMAL_OBJECT, "minimal_enter", "minimal_exit"),
+        "floor" => attach(FLOOR_OBJECT, "floor_enter", "floor_exit"),
+        "minimal" => attach(MINIMAL_OBJECT, "minimal_enter", "minimal_exit"),
         other => match other
             .strip_prefix("minimal-without-")
-            .and_then(|piece| sonic_probe_ebpf::MINIMAL_WITHOUT.iter().find(|(p, _)| *p == piece))
+            .and_then(|piece| MINIMAL_WITHOUT.iter().find(|(p, _)| *p == piece))
         {
             Some((_, object)) => attach(object, "minimal_enter", "minimal_exit"),
             None => {
-                let pieces: Vec<&str> = sonic_probe_ebpf::MINIMAL_WITHOUT.iter().map(|(p, _)| *p).collect();
+                let pieces: Vec<&str> = MINIMAL_WITHOUT.iter().map(|(p, _)| *p).collect();
                 eprintln!("usage: sp-reference floor|minimal|minimal-without-{{{}}}", pieces.join(","));
                 return ExitCode::from(2);
             }
