@@ -32,6 +32,24 @@ pub fn privileged(test: &str) -> bool {
     false
 }
 
+/// The running kernel's line, "major.minor" (as uname -r starts), for the
+/// tests whose expectations are written down per kernel.
+pub fn kernel_line() -> String {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("/proc/sys/kernel/osrelease");
+    release.trim().split('.').take(2).collect::<Vec<_>>().join(".")
+}
+
+/// For a kernel a test has no written-down expectations for: fails under
+/// SONIC_PROBE_REQUIRE_PRIVILEGED (CI runs only the kernels in the tables),
+/// else says so; the test then skips.
+pub fn unknown_kernel(test: &str, line: &str) {
+    let msg = format!("{test}: kernel {line} is not in the test's table: add what it has");
+    if std::env::var_os("SONIC_PROBE_REQUIRE_PRIVILEGED").is_some() {
+        panic!("{msg}");
+    }
+    eprintln!("skipped {msg}");
+}
+
 /// target/<profile>/ of the running test binary.
 fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
