@@ -527,6 +527,18 @@ impl Workload {
         panic!("sp-workload {} never blocked in read", self.pid());
     }
 
+    /// Lets a workload that pauses half-way (mode move) run to its pause:
+    /// sends a go byte, reads its "paused" line and waits until it is
+    /// blocked in its next go read.
+    pub fn go_to_pause(&mut self) {
+        let stdin = self.stdin.as_mut().expect("stdin");
+        stdin.write_all(b"g").and_then(|_| stdin.flush()).expect("go");
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("paused line");
+        assert_eq!(line.trim(), "paused", "the workload did not pause");
+        self.wait_blocked_in_read();
+    }
+
     /// Lets it run, and waits for it to finish.
     pub fn go(self) -> ExitStatus {
         self.go_output().0
