@@ -43,6 +43,24 @@ pub const PROGRAMS_ATTACHED: f64 = 6.0;
 /// host leaves unscheduled stretches time under TCG), never a failed count.
 pub const TIMING: &str = "SONIC-TIMING";
 
+/// The running kernel's line, "major.minor" (as uname -r starts), for the
+/// tests whose expectations are written down per kernel.
+pub fn kernel_line() -> String {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("/proc/sys/kernel/osrelease");
+    release.trim().split('.').take(2).collect::<Vec<_>>().join(".")
+}
+
+/// For a kernel a test has no written-down expectations for: fails under
+/// SONIC_PROBE_REQUIRE_PRIVILEGED (CI runs only the kernels in the tables),
+/// else says so; the test then skips.
+pub fn unknown_kernel(test: &str, line: &str) {
+    let msg = format!("{test}: kernel {line} is not in the test's table: add what it has");
+    if std::env::var_os("SONIC_PROBE_REQUIRE_PRIVILEGED").is_some() {
+        panic!("{msg}");
+    }
+    eprintln!("skipped {msg}");
+}
+
 /// target/<profile>/ of the running test binary.
 fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
@@ -525,6 +543,18 @@ impl Workload {
             std::thread::sleep(Duration::from_millis(2));
         }
         panic!("sp-workload {} never blocked in read", self.pid());
+    }
+
+    /// Lets a workload that pauses half-way (mode move) run to its pause:
+    /// sends a go byte, reads its "paused" line and waits until it is
+    /// blocked in its next go read.
+    pub fn go_to_pause(&mut self) {
+        let stdin = self.stdin.as_mut().expect("stdin");
+        stdin.write_all(b"g").and_then(|_| stdin.flush()).expect("go");
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("paused line");
+        assert_eq!(line.trim(), "paused", "the workload did not pause");
+        self.wait_blocked_in_read();
     }
 
     /// Lets it run, and waits for it to finish.

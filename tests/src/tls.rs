@@ -95,6 +95,12 @@ impl Pki {
         Pki { dir: dir.to_path_buf() }
     }
 
+    /// Makes another server certificate (for 127.0.0.1 and localhost) named
+    /// `name`, signed by the CA `ca` ("ca" or "rogue-ca").
+    pub fn server_cert(&self, name: &str, ca: &str) {
+        leaf(&self.dir, name, ca, "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n");
+    }
+
     pub fn path(&self, file: &str) -> String {
         self.dir.join(file).to_str().unwrap().to_string()
     }

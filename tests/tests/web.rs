@@ -122,9 +122,14 @@ fn tls_and_basic_auth_guard_every_path_but_healthz() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("HTTP 401 Unauthorized: wrong user or password"));
     let o = findings_cmd(d.addr, &["--ca-file", &ca], None);
     assert!(String::from_utf8_lossy(&o.stderr).contains("give --user"), "{o:?}");
+    // A CA that did not sign the server's certificate: refused, saying so,
+    // with the same user and password that got in above.
     let o =
         findings_cmd(d.addr, &["--ca-file", &pki.path("rogue-ca.crt"), "--user", "alice"], Some("s3cret"));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("TLS handshake failed"), "{o:?}");
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(o.stdout.is_empty(), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("TLS handshake failed") && err.contains("UnknownIssuer"), "{err}");
     assert!(d.stop().success());
 }
 
@@ -200,10 +205,14 @@ fn client_certificates_are_checked() {
             "{what}: rc {rc} HTTP {status} {body:.200}"
         );
     }
-    // TLS 1.2 is refused by min_version TLS13.
-    let (rc, _, _) =
+    // TLS 1.2 is refused by min_version TLS13; the same client, the same
+    // credentials, TLS 1.3 only: in.
+    let (rc, status, _) =
         curl(d.addr, "/healthz", &["--cacert", &ca, "--cert", &cert, "--key", &key, "--tls-max", "1.2"]);
-    assert_ne!(rc, 0, "a TLS 1.2 handshake with min_version TLS13");
+    assert!(rc != 0 && status == 0, "a TLS 1.2 handshake with min_version TLS13: rc {rc}, HTTP {status}");
+    let (rc, status, body) =
+        curl(d.addr, "/healthz", &["--cacert", &ca, "--cert", &cert, "--key", &key, "--tlsv1.3"]);
+    assert_eq!((rc, status, body.as_str()), (0, 200, "ok\n"), "the same client with TLS 1.3");
     let o = findings_cmd(d.addr, &["--ca-file", &ca, "--cert-file", &cert, "--key-file", &key], None);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = findings_cmd(d.addr, &["--ca-file", &ca], None);
@@ -241,6 +250,107 @@ fn sighup_rereads_the_web_config_and_keeps_the_old_one_if_bad() {
     d.wait_for_log("SIGHUP: reloaded");
     assert_eq!(curl(d.addr, "/metrics", &["--cacert", &ca, "-u", "bob:pw"]).1, 200);
     assert_eq!(curl(d.addr, "/metrics", &["--cacert", &ca, "-u", "alice:pw"]).1, 401);
+    assert!(d.stop().success());
+}
+
+/// One TLS connection kept open between requests: `openssl s_client`,
+/// which checks the server's certificate against `ca` once, at its handshake.
+struct KeptConnection {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    out: std::sync::mpsc::Receiver<Vec<u8>>,
+}
+
+impl KeptConnection {
+    fn open(addr: SocketAddr, ca: &str) -> KeptConnection {
+        use std::io::Read;
+        let mut child = Command::new("openssl")
+            .args(["s_client", "-quiet", "-verify_return_error", "-verify_ip", "127.0.0.1", "-CAfile", ca])
+            .args(["-connect", &addr.to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("run openssl s_client");
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let (tx, out) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = stdout.read(&mut buf) {
+                if tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        KeptConnection { child, stdin, out }
+    }
+
+    /// GET /healthz on this connection: the whole answer, or what came
+    /// before the connection closed or 10 s passed.
+    fn healthz(&mut self) -> String {
+        use std::io::Write;
+        let _ = self.stdin.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n");
+        let _ = self.stdin.flush();
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !got.ends_with(b"\r\n\r\nok\n") {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.out.recv_timeout(left) {
+                Ok(chunk) => got.extend(chunk),
+                Err(_) => break,
+            }
+        }
+        String::from_utf8_lossy(&got).to_string()
+    }
+}
+
+impl Drop for KeptConnection {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn sighup_rotates_the_certificate_for_new_connections_and_keeps_old_ones() {
+    if !privileged("sighup_rotates_the_certificate_for_new_connections_and_keeps_old_ones") {
+        return;
+    }
+    let pki = Pki::new(&temp_dir("tlsrotate"));
+    // Certificate B: same names, signed by the other CA, so that which of
+    // the two a client is shown is told by which CA it trusts.
+    pki.server_cert("server-b", "rogue-ca");
+    let web =
+        pki.web_config("web.yml", "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n");
+    let mut d = Daemon::start(&["--pid", "1", "--web-config", &web]);
+    let (ca_a, ca_b) = (pki.path("ca.crt"), pki.path("rogue-ca.crt"));
+    assert_eq!(curl(d.addr, "/healthz", &["--cacert", &ca_a]).0, 0, "certificate A before the swap");
+    assert_ne!(curl(d.addr, "/healthz", &["--cacert", &ca_b]).0, 0, "certificate B before the swap");
+    let mut old = KeptConnection::open(d.addr, &ca_a);
+    let first = old.healthz();
+    assert!(first.starts_with("HTTP/1.1 200"), "first request on the kept connection: {first:?}");
+
+    // B's files in place of A's, under the same names (each by a rename, as
+    // a certificate manager does), then SIGHUP.
+    for ext in ["key", "crt"] {
+        let tmp = pki.dir.join(format!("server.{ext}.new"));
+        std::fs::copy(pki.dir.join(format!("server-b.{ext}")), &tmp).unwrap();
+        std::fs::rename(&tmp, pki.dir.join(format!("server.{ext}"))).unwrap();
+    }
+    d.signal(libc::SIGHUP);
+    d.wait_for_log("SIGHUP: reloaded");
+
+    // A new connection is shown B: a client trusting only B's CA gets in,
+    // one trusting only A's is refused at the handshake.
+    let (rc, status, body) = curl(d.addr, "/healthz", &["--cacert", &ca_b]);
+    assert_eq!((rc, status, body.as_str()), (0, 200, "ok\n"), "a new connection trusting B");
+    let (rc, status, _) = curl(d.addr, "/healthz", &["--cacert", &ca_a]);
+    assert!(rc != 0 && status == 0, "a new connection trusting only A: rc {rc}, HTTP {status}");
+    // The connection made under A still answers.
+    let second = old.healthz();
+    assert!(second.starts_with("HTTP/1.1 200"), "second request on the kept connection: {second:?}");
+    drop(old);
     assert!(d.stop().success());
 }
 

@@ -157,10 +157,14 @@ fn units_pods_and_containers_are_named_with_exact_counts() {
         let cg = l.cgroup(rel);
         assert!(start_in(&cg, &comm, &["spawn", "1", "0", &n.to_string()]).go().success(), "{rel}");
     }
-    // A process that moves: started in one unit, moved to another while
-    // blocked in its go read; every call counts where it ended.
+    // A process that moves: reads in one unit, is moved to another while
+    // blocked in its second go read, and reads on. Each call counts where
+    // it ended, also the reads after the move, whose process name and
+    // syscall the thread's statistics slot cache already holds (from its
+    // reads before): the cache must see the cgroup changed.
     let (from, to) = (l.cgroup("system.slice/mover-a.service"), l.cgroup("system.slice/mover-b.service"));
-    let mover = start_in(&from, &comm, &["spawn", "1", "0", "10"]);
+    let mut mover = start_in(&from, &comm, &["move", "10", "20"]);
+    mover.go_to_pause();
     std::fs::write(to.join("cgroup.procs"), mover.pid().to_string()).unwrap();
     assert!(mover.go().success());
     // A stall inside the containerd pod: its finding names the pod.
@@ -174,10 +178,12 @@ fn units_pods_and_containers_are_named_with_exact_counts() {
         let stall_read = u64::from(i == 1);
         assert_eq!(reads(&m, &comm, name), n + 1 + stall_read, "{rel} as {name}:\n{}", m.text);
     }
-    assert_eq!(reads(&m, &comm, "mover-b.service"), 10 + 1);
-    assert_eq!(reads(&m, &comm, "mover-a.service"), 0);
+    // Before the move: the first go read and 10 reads; after: the second go
+    // read (it ended there) and 20 reads.
+    assert_eq!(reads(&m, &comm, "mover-a.service"), 1 + 10, "{}", m.text);
+    assert_eq!(reads(&m, &comm, "mover-b.service"), 1 + 20, "{}", m.text);
     // Exactly these, and nothing under another workload.
-    let total: u64 = cases.iter().map(|c| c.2 + 1).sum::<u64>() + 3 + 11;
+    let total: u64 = cases.iter().map(|c| c.2 + 1).sum::<u64>() + 3 + 11 + 21;
     assert_eq!(
         m.sum("sonic_probe_read_size_bytes_count", &[("comm", &comm), ("file_class", "not_file")]) as u64,
         total + 1, // the stall workload's go read

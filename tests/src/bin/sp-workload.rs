@@ -32,6 +32,10 @@
 //!                              again and again, in bursts, and opened
 //!                              read-write once a burst (see
 //!                              workload::reopen); then HOLD_MS ms idle
+//!   move N M                   N reads of /dev/zero, then "paused" on
+//!                              stdout and a second go read, then M reads
+//!                              (the test moves it to another cgroup
+//!                              between the two go signals)
 //!   idle                       nothing after the go signal
 //!
 //! Calls go straight to libc (no allocation, no std I/O) after the go
@@ -219,6 +223,7 @@ fn main() {
         "futex-wait" => (0, 0, 0, num(1)),
         "stall" => (0, 0, 0, num(2)),
         "rename" => (0, 0, num(2), 0),
+        "move" => (0, 0, num(1), 0),
         "names" => (0, 0, num(2), 0),
         "exact" | "idle" | "io" | "fdreuse" | "fdexec" | "fdexec-after" | "reopen" => (0, 0, 0, 0),
         other => die(&format!("unknown mode {other}")),
@@ -263,7 +268,7 @@ fn main() {
     } else {
         -1
     };
-    let zero_fd = if matches!(mode.as_str(), "spawn" | "rename" | "names") {
+    let zero_fd = if matches!(mode.as_str(), "spawn" | "rename" | "names" | "move") {
         // SAFETY: valid NUL-terminated path.
         unsafe { libc::open(zero.as_ptr(), libc::O_RDONLY) }
     } else {
@@ -283,6 +288,7 @@ fn main() {
     } else {
         Vec::new()
     };
+    let reads_after_move = if mode == "move" { num(2) } else { 0 };
     let self_exe = CString::new("/proc/self/exe").unwrap();
     if mode == "fdexec-after" {
         // SAFETY: raw system calls on our own buffers and fds.
@@ -317,6 +323,17 @@ fn main() {
                 for _ in 0..n {
                     libc::read(zero_fd, buf(), 64);
                 }
+            }
+        },
+        "move" => unsafe {
+            for _ in 0..reads {
+                libc::read(zero_fd, buf(), 64);
+            }
+            let paused = b"paused\n";
+            libc::write(1, paused.as_ptr().cast(), paused.len());
+            libc::read(0, go.as_mut_ptr().cast(), 1);
+            for _ in 0..reads_after_move {
+                libc::read(zero_fd, buf(), 64);
             }
         },
         "names" => unsafe {
