@@ -519,12 +519,26 @@ fn repeated_opens_counted_in_the_kernel_are_all_seen() {
     let w = Workload::start(Some(&name), &["reopen", model.to_str().unwrap(), "13000"]);
     let d = Daemon::start(&["--pid", &w.pid().to_string()]);
     let done = std::thread::spawn(move || w.go());
-    // The sweep (every second) reads what the kernel counted.
-    std::thread::sleep(std::time::Duration::from_millis(2500));
-    let m = d.metrics();
+    // The bursts are over when the kernel has counted every open; then the
+    // sweep (every second) reads what the kernel counted without sending
+    // it. Waited for, not slept on: a loaded guest may run the sweep late,
+    // and a count that never arrives (or overshoots) still fails below.
+    let read_opens = reopen::BURSTS * reopen::READ_OPENS;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let repeated = |m: &sonic_probe_tests::Metrics| {
+        m.get("sonic_probe_repeated_opens_total", &[("comm", &name), ("file_class", "model")]).unwrap_or(0.0)
+    };
+    let m = loop {
+        let m = d.metrics();
+        if (m.calls("openat", &name) >= reopen::OPENAT && repeated(&m) >= read_opens as f64)
+            || std::time::Instant::now() > deadline
+        {
+            break m;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
     assert_eq!(m.calls("openat", &name), reopen::OPENAT);
     assert_eq!(m.calls("close", &name), reopen::CLOSE);
-    let read_opens = reopen::BURSTS * reopen::READ_OPENS;
     assert_eq!(
         m.get("sonic_probe_repeated_opens_total", &[("comm", &name), ("file_class", "model")]),
         Some(read_opens as f64)
