@@ -95,11 +95,18 @@ fn assert_thread_capabilities(d: &Daemon, kept: u64, what: &str) {
     assert!(tasks.len() >= 3, "{} threads", tasks.len());
     for task in tasks {
         let Ok(status) = std::fs::read_to_string(task.path().join("status")) else { continue };
-        let sets = ["CapEff", "CapPrm", "CapInh", "CapAmb"].map(|set| cap_set(&status, set));
+        let sets = ["CapEff", "CapPrm", "CapInh", "CapAmb", "CapBnd"].map(|set| cap_set(&status, set));
+        // Started as root (CAP_SETPCAP): the bounding set is emptied too,
+        // and no thread may gain privileges by an exec.
         assert_eq!(
             sets,
-            [kept, kept, 0, 0],
-            "thread {:?}: CapEff, CapPrm, CapInh, CapAmb ({what})",
+            [kept, kept, 0, 0, 0],
+            "thread {:?}: CapEff, CapPrm, CapInh, CapAmb, CapBnd ({what})",
+            task.file_name()
+        );
+        assert!(
+            status.lines().any(|l| l == "NoNewPrivs:\t1"),
+            "thread {:?}: no_new_privs unset",
             task.file_name()
         );
     }

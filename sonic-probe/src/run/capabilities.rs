@@ -44,6 +44,17 @@ struct CapData {
 fn drop_this_thread() -> bool {
     // SAFETY: prctl and capset with valid arguments and pointers to locals.
     unsafe {
+        // Nothing this thread runs later gets capabilities back: no exec of
+        // a root-owned or file-capability program regains them (no new
+        // privileges), and the bounding set goes too where we may drop it
+        // (CAP_SETPCAP, still effective here: a daemon started as root; a
+        // service without it relies on no_new_privs). Both are per thread.
+        let no_new_privs = libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+        for cap in 0..64 {
+            // EINVAL past the kernel's last capability, EPERM without
+            // CAP_SETPCAP: neither is a failure to drop what we hold.
+            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+        }
         let ambient = libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
         let header = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
         let data: [CapData; 2] = std::array::from_fn(|i| {
@@ -51,7 +62,7 @@ fn drop_this_thread() -> bool {
             CapData { effective: w, permitted: w, inheritable: 0 }
         });
         let set = libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr());
-        ambient == 0 && set == 0
+        no_new_privs == 0 && ambient == 0 && set == 0
     }
 }
 

@@ -98,9 +98,8 @@ fn drop_capabilities(probe: &Probe, stack_captures: bool) {
         }
         Err(_) => false,
     };
-    // The bounding set needs CAP_SETPCAP, which the service does not have;
-    // empty permitted sets with no_new_privs are what matters.
-    let _ = caps::clear(None, CapSet::Bounding);
+    // The bounding set and no_new_privs: in every thread, with the rest
+    // (capabilities.rs).
     let keep_ptrace = stack_captures
         && caps::read(None, CapSet::Permitted).is_ok_and(|p| p.contains(&Capability::CAP_SYS_PTRACE));
     if stack_captures && !keep_ptrace {
