@@ -14,11 +14,13 @@ use std::path::Path;
 use clap::Parser;
 use libfuzzer_sys::fuzz_target;
 use sonic_probe::{
-    config::cli::{Cli, Command},
-    config::{RunConfig, MAX_COMM_LABELS, MAX_RINGBUF_BYTES, MIN_RINGBUF_BYTES},
-    config::file,
+    config::{
+        cli::{Cli, Command},
+        file as config_file,
+        options::RunArgs,
+        RunConfig, MAX_COMM_LABELS, MAX_RINGBUF_BYTES, MIN_RINGBUF_BYTES,
+    },
     error::Error,
-    config::options::RunArgs,
 };
 
 const PATH: &str = "/etc/sonic-probe/config.toml";
