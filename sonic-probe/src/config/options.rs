@@ -84,7 +84,7 @@ impl OptionDoc {
 
     /// The flag: `--slow-threshold`.
     pub fn flag(&self) -> String {
-        format!("--{}", self.name.replace('_', "-"))
+        flag_of(self.name)
     }
 }
 
@@ -103,10 +103,7 @@ pub(crate) use flag;
 
 /// The flag of the option `field` ([`flag!`]).
 pub fn flag_of(field: &str) -> String {
-    OPTIONS
-        .iter()
-        .find(|o| o.name == field)
-        .map_or_else(|| format!("--{}", field.replace('_', "-")), OptionDoc::flag)
+    format!("--{}", field.replace('_', "-"))
 }
 
 /// `a, b and c`.
