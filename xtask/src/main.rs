@@ -59,7 +59,7 @@ tasks:
          [--only TEST,...] [-- COMMAND [ARGS...]]
                  boot Debian's 5.10, 6.1 and 6.12 cloud kernels (default: all, one
                  after the other) in qemu (TCG) and run a subset of the integration
-                 tests on each (static binaries in an initramfs), or COMMAND instead
+                 tests on each (the host's binaries in an initramfs), or COMMAND instead
                  (sonic-probe and sp-workload on PATH; exits with its status); --env
                  is exported in the guest; logs in target/vmtest/serial-VERSION.log
   fuzz [--seconds N] [--toolchain NAME] [TARGET...]
@@ -238,15 +238,89 @@ fn test_phases(p: &mut Phases) -> Result<()> {
     p.run("promtool test rules", || {
         sh("promtool", &["test", "rules", "deploy/prometheus/alerts_test.yml"], &[])
     })?;
-    p.run("Debian package", || package(false))?;
-    // The benchmark's smoke pass: every tracer attaches and the report is
-    // written; nothing is asserted on timings (the full run is manual).
-    p.run("bench --smoke", || bench_task(&["--smoke".to_string()]))?;
-    // The fuzz targets, 30 s each.
-    p.run("fuzz", || fuzz::run(&[]))?;
     // Other kernels: Debian's 5.10, 6.1 and 6.12 in qemu, as many at a time
-    // as the machine has CPUs.
-    p.run("vmtest (5.10, 6.1, 6.12)", || vmtest::run(&["--kernel".to_string(), "all".to_string()]))
+    // as the machine has CPUs. Each guest keeps one host thread busy, and
+    // with three kernels on two CPUs the last runs alone for minutes: the
+    // package's release build and the fuzz targets (30 s each), work that
+    // asserts no timing, run beside the guests at the lowest priority and
+    // take what CPU the guests leave.
+    let beside = Beside::start(&[("Debian package", &["package"]), ("fuzz", &["fuzz"])])?;
+    let vm = p.run("vmtest (5.10, 6.1, 6.12)", || vmtest::run(&["--kernel".to_string(), "all".to_string()]));
+    let beside = beside.finish(p);
+    vm.and(beside)?;
+    // The benchmark's smoke pass (its release build mostly the package's):
+    // every tracer attaches and the report is written; nothing is asserted
+    // on timings (the full run is manual).
+    p.run("bench --smoke", || bench_task(&["--smoke".to_string()]))
+}
+
+/// Tasks of this program run one after the other at nice 19 beside a
+/// foreground phase, each with its output in target/xtask-logs/TASK.log
+/// (printed when it is done, so that it does not interleave with the
+/// foreground's).
+struct Beside {
+    thread: std::thread::JoinHandle<Vec<Done>>,
+}
+
+/// A task run beside: its name, time, outcome and log.
+type Done = (&'static str, Duration, Result<()>, PathBuf);
+
+impl Beside {
+    fn start(tasks: &[(&'static str, &'static [&'static str])]) -> Result<Self> {
+        let exe = std::env::current_exe().context("the xtask binary's path")?;
+        let logs = root().join("target/xtask-logs");
+        std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
+        let tasks = tasks.to_vec();
+        let thread = std::thread::spawn(move || {
+            let mut done = Vec::new();
+            for (name, args) in tasks {
+                let log = logs.join(format!("{}.log", args[0]));
+                let started = Instant::now();
+                let result = (|| -> Result<()> {
+                    let out = std::fs::File::create(&log)?;
+                    let status = Command::new("nice")
+                        .args(["-n", "19"])
+                        .arg(&exe)
+                        .args(args)
+                        .current_dir(root())
+                        .stdin(Stdio::null())
+                        .stdout(out.try_clone()?)
+                        .stderr(out)
+                        .status()
+                        .context("cannot run nice")?;
+                    if !status.success() {
+                        bail!("cargo xtask {} failed ({status}): see {}", args.join(" "), log.display());
+                    }
+                    Ok(())
+                })();
+                let failed = result.is_err();
+                done.push((name, started.elapsed(), result, log));
+                if failed {
+                    break;
+                }
+            }
+            done
+        });
+        Ok(Beside { thread })
+    }
+
+    /// Waits for the tasks, prints their output and enters their times.
+    fn finish(self, p: &mut Phases) -> Result<()> {
+        let done = self.thread.join().map_err(|_| anyhow::anyhow!("the tasks' thread panicked"))?;
+        let mut first_err = Ok(());
+        for (name, took, result, log) in done {
+            eprintln!("\n== {name} (beside vmtest, nice 19): {}", log.display());
+            match std::fs::read_to_string(&log) {
+                Ok(text) => eprint!("{text}"),
+                Err(e) => eprintln!("cannot read {}: {e}", log.display()),
+            }
+            p.done.push((name, took, result.is_ok()));
+            if first_err.is_ok() {
+                first_err = result;
+            }
+        }
+        first_err
+    }
 }
 
 /// The Debian package, built and installed for real.

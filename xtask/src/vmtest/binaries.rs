@@ -1,5 +1,18 @@
 //! The guest's binaries: sonic-probe, sp-workload, sp-bench and the test
-//! binaries of the plan, built static (`+crt-static`) into target/vmtest.
+//! binaries of the plan, the very ones the host's `cargo xtask test` built
+//! and ran (target/debug, the workspace's dev profile), copied into the
+//! initramfs with the shared libraries ldd names for them.
+//!
+//! Why the host's build and not one of its own: a static build for the
+//! guest (`+crt-static` in a target directory of its own) compiled the
+//! workspace a second time, some five minutes of every CI run, for
+//! binaries that differ from the tested ones only in how they link. The
+//! dev profile is opt-level 1 with line tables only (Cargo.toml says why),
+//! which is what TCG needs; the guest runs the host's loader and libc.
+//!
+//! The whole workspace is built, as `cargo xtask test` builds it: a build
+//! of a few packages alone would unify their dependencies' features
+//! differently and rebuild them, then the next host build would again.
 
 use std::{
     collections::BTreeMap,
@@ -11,13 +24,9 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-use super::{dir, path_str};
 use crate::root;
 
-/// The only target installed; `+crt-static` makes its binaries static.
-const TARGET: &str = "x86_64-unknown-linux-gnu";
-
-/// The static binaries for the guest.
+/// The guest's binaries.
 pub struct Binaries {
     pub daemon: PathBuf,
     pub workload: PathBuf,
@@ -26,76 +35,53 @@ pub struct Binaries {
     pub tests: BTreeMap<String, PathBuf>,
 }
 
-/// Builds what the plan needs (the tests' package binaries and the daemon
-/// only, for an empty plan: a command instead of the tests).
-pub fn build(plan: &[(&str, Vec<&str>)]) -> Result<Binaries> {
-    let mut first = vec!["test", "--no-run", "-p", "sonic-probe-tests"];
-    for (bin, _) in plan {
-        first.extend(["--test", bin]);
+impl Binaries {
+    /// Every binary, for their shared libraries.
+    pub fn all(&self) -> impl Iterator<Item = &PathBuf> {
+        [&self.daemon, &self.workload, &self.bench].into_iter().chain(self.tests.values())
     }
-    if plan.is_empty() {
-        first = vec!["build", "-p", "sonic-probe-tests", "--bins"];
-    }
-    let mut artifacts = cargo_artifacts(&first)?;
-    // sp-bench is the bench crate's (bench/); the reliability tests load the
-    // daemon with it.
-    artifacts.extend(cargo_artifacts(&[
-        "build",
-        "-p",
-        "sonic-probe",
-        "--bin",
-        "sonic-probe",
-        "-p",
-        "sonic-probe-bench",
-        "--bin",
-        "sp-bench",
-    ])?);
-    let find = |kind: &str, name: &str| {
-        artifacts
-            .iter()
-            .find(|(k, n, _)| k == kind && n == name)
-            .map(|(_, _, p)| p.clone())
-            .with_context(|| format!("cargo built no {kind} {name}"))
-    };
-    let bins = Binaries {
-        daemon: find("bin", "sonic-probe")?,
-        workload: find("bin", "sp-workload")?,
-        bench: find("bin", "sp-bench")?,
-        tests: plan
-            .iter()
-            .map(|(bin, _)| Ok((bin.to_string(), find("test", bin)?)))
-            .collect::<Result<_>>()?,
-    };
-    for p in [&bins.daemon, &bins.workload, &bins.bench].into_iter().chain(bins.tests.values()) {
-        if !is_static(p)? {
-            bail!("{} is dynamically linked: the guest has no libc to load", p.display());
-        }
-    }
-    Ok(bins)
 }
 
-/// Runs cargo ARGS for the guest; (kind, name, executable) of what it built.
-fn cargo_artifacts(args: &[&str]) -> Result<Vec<(String, String, PathBuf)>> {
-    let target_dir = dir();
+/// Builds (or finds fresh) the workspace's binaries and tests and picks
+/// what the plan needs.
+pub fn build(plan: &[(&str, Vec<&str>)]) -> Result<Binaries> {
+    let artifacts = cargo_artifacts(&["build", "--workspace", "--all-targets"])?;
+    // A binary proper, not its unit-test harness (also kind "bin").
+    let find = |kind: &str, name: &str, test: bool| {
+        artifacts
+            .iter()
+            .find(|a| a.kind == kind && a.name == name && a.test == test)
+            .map(|a| a.executable.clone())
+            .with_context(|| format!("cargo built no {kind} {name}"))
+    };
+    Ok(Binaries {
+        daemon: find("bin", "sonic-probe", false)?,
+        workload: find("bin", "sp-workload", false)?,
+        bench: find("bin", "sp-bench", false)?,
+        tests: plan
+            .iter()
+            .map(|(bin, _)| Ok((bin.to_string(), find("test", bin, true)?)))
+            .collect::<Result<_>>()?,
+    })
+}
+
+/// What cargo reported it built (or found fresh).
+struct Artifact {
+    kind: String,
+    name: String,
+    /// Built as a test harness.
+    test: bool,
+    executable: PathBuf,
+}
+
+/// Runs cargo ARGS; the executables it built.
+fn cargo_artifacts(args: &[&str]) -> Result<Vec<Artifact>> {
     let mut full = args.to_vec();
-    full.extend(["--target", TARGET, "--target-dir", path_str(&target_dir)?]);
     full.push("--message-format=json-render-diagnostics");
     eprintln!("+ cargo {}", full.join(" "));
     let mut child = Command::new("cargo")
         .args(&full)
         .current_dir(root())
-        // With --target, RUSTFLAGS reach only the target's crates, not build
-        // scripts or proc macros, which must stay dynamic.
-        .env("RUSTFLAGS", "-C target-feature=+crt-static")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        // Line tables keep backtraces readable; full debug info would make
-        // the daemon alone >100 MB of initramfs.
-        .env("CARGO_PROFILE_DEV_DEBUG", "line-tables-only")
-        // TCG runs the guest 10-50 times slower than the host: unoptimized,
-        // the daemon's start (BTF and ELF parsing) took seconds of each
-        // test and 5.10's plan 912 s; at opt-level 1, 432 s. Debug
-        // assertions and overflow checks stay on.
-        .env("CARGO_PROFILE_DEV_OPT_LEVEL", "1")
         .stdout(Stdio::piped())
         .spawn()
         .context("cannot run cargo")?;
@@ -111,12 +97,20 @@ fn cargo_artifacts(args: &[&str]) -> Result<Vec<(String, String, PathBuf)>> {
         if msg["reason"] != "compiler-artifact" {
             continue;
         }
-        let (Some(exe), Some(kind), Some(name)) =
-            (msg["executable"].as_str(), msg["target"]["kind"][0].as_str(), msg["target"]["name"].as_str())
-        else {
+        let (Some(exe), Some(kind), Some(name), Some(test)) = (
+            msg["executable"].as_str(),
+            msg["target"]["kind"][0].as_str(),
+            msg["target"]["name"].as_str(),
+            msg["profile"]["test"].as_bool(),
+        ) else {
             continue;
         };
-        found.push((kind.to_string(), name.to_string(), PathBuf::from(exe)));
+        found.push(Artifact {
+            kind: kind.to_string(),
+            name: name.to_string(),
+            test,
+            executable: PathBuf::from(exe),
+        });
     }
     Ok(found)
 }

@@ -1,6 +1,6 @@
 //! The guest: an initramfs (cpio newc, uncompressed) with busybox,
-//! xtask/vm/init.sh as /init, a few host tools with their libraries, the
-//! static binaries, and what /init reads: /vmtest/plan (the tests),
+//! xtask/vm/init.sh as /init, a few host tools, the workspace's binaries,
+//! the shared libraries of both (the host's loader and libc), and what /init reads: /vmtest/plan (the tests),
 //! /vmtest/env (--env) and /vmtest/command (`-- COMMAND`).
 
 use std::{
@@ -61,13 +61,16 @@ pub fn write(
     cpio.bytes("init", 0o755, INIT.as_bytes())?;
     cpio.copy("bin/busybox", Path::new(BUSYBOX))?;
 
-    // The host's tools with their libraries, in /bin, before busybox's
-    // links (which do not replace them).
+    // The host's tools, in /bin, before busybox's links (which do not
+    // replace them); their libraries and ours.
     let mut libraries = BTreeSet::new();
     for (name, host) in HOST_TOOLS {
         let host = Path::new(host);
         cpio.copy(&format!("bin/{name}"), host)?;
         libraries.extend(shared_libraries(host)?);
+    }
+    for binary in bins.all() {
+        libraries.extend(shared_libraries(binary)?);
     }
     for lib in &libraries {
         cpio.copy(path_str(lib)?.trim_start_matches('/'), lib)?;
