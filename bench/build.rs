@@ -20,6 +20,7 @@ use build_bpf::{compile_all, fail, Job};
 const SOURCES: &[&str] = &[
     "bpf/floor.bpf.c",
     "bpf/minimal.bpf.c",
+    "bpf/sched_minimal.bpf.c",
     "../sonic-probe-ebpf/bpf/vmlinux_min.h",
     "../sonic-probe-ebpf/bpf/log2.h",
     "../sonic-probe-ebpf/build_bpf.rs",
@@ -30,6 +31,7 @@ const SOURCES: &[&str] = &[
 const REFERENCE_OBJECTS: &[(&str, &str, Option<&str>)] = &[
     ("bpf/floor.bpf.c", "floor.bpf.o", None),
     ("bpf/minimal.bpf.c", "minimal.bpf.o", None),
+    ("bpf/sched_minimal.bpf.c", "sched_minimal.bpf.o", None),
     ("bpf/minimal.bpf.c", "minimal_without_clock.bpf.o", Some("MINIMAL_WITHOUT_CLOCK")),
     ("bpf/minimal.bpf.c", "minimal_without_task_storage.bpf.o", Some("MINIMAL_WITHOUT_TASK_STORAGE")),
     ("bpf/minimal.bpf.c", "minimal_without_aggregation.bpf.o", Some("MINIMAL_WITHOUT_AGGREGATION")),

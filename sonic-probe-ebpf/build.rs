@@ -32,6 +32,7 @@ const SOURCES: &[&str] = &[
     "bpf/files.h",
     "bpf/futex.h",
     "bpf/events.h",
+    "bpf/thread_time.h",
     "build_bpf.rs",
 ];
 /// (object, define): one feature probe each (bpf/feature_probe.bpf.c);

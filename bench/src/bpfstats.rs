@@ -74,18 +74,7 @@ impl Programs {
     /// The programs process `pid` has descriptors of (the `prog_id:` lines
     /// of its /proc/PID/fdinfo: program and link descriptors alike).
     pub fn of_process(pid: u32) -> Result<Programs> {
-        let mut ids = Vec::new();
-        let dir = format!("/proc/{pid}/fdinfo");
-        for e in std::fs::read_dir(&dir).with_context(|| dir.clone())?.flatten() {
-            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-            for id in text.lines().filter_map(|l| l.strip_prefix("prog_id:")) {
-                if let Ok(id) = id.trim().parse::<u32>() {
-                    if !ids.contains(&id) {
-                        ids.push(id);
-                    }
-                }
-            }
-        }
+        let ids = Self::ids_of(pid)?;
         let mut held = Vec::new();
         for info in loaded_programs() {
             let info = info.context("listing BPF programs")?;
@@ -102,6 +91,61 @@ impl Programs {
             );
         }
         Ok(Programs { held })
+    }
+
+    /// The programs process `pid` holds whose names `wanted` accepts (none
+    /// required to run at system calls).
+    pub fn of_process_named(pid: u32, wanted: impl Fn(&str) -> bool) -> Result<Programs> {
+        let all = Self::ids_of(pid)?;
+        let mut held = Vec::new();
+        for info in loaded_programs() {
+            let info = info.context("listing BPF programs")?;
+            let name = info.name_as_str().unwrap_or("").to_string();
+            if all.contains(&info.id()) && wanted(&name) {
+                let fd = info.fd().with_context(|| format!("BPF program {} ({name})", info.id()))?;
+                held.push((info.id(), name.clone(), role(&name), fd));
+            }
+        }
+        if held.is_empty() {
+            bail!("process {pid} holds none of the programs asked for");
+        }
+        Ok(Programs { held })
+    }
+
+    /// The program ids process `pid` has descriptors of.
+    fn ids_of(pid: u32) -> Result<Vec<u32>> {
+        let mut ids = Vec::new();
+        let dir = format!("/proc/{pid}/fdinfo");
+        for e in std::fs::read_dir(&dir).with_context(|| dir.clone())?.flatten() {
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            for id in text.lines().filter_map(|l| l.strip_prefix("prog_id:")) {
+                if let Ok(id) = id.trim().parse::<u32>() {
+                    if !ids.contains(&id) {
+                        ids.push(id);
+                    }
+                }
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Per program name, the run time per invocation between two
+    /// snapshots (programs that did not run are left out).
+    pub fn per_program(
+        &self,
+        before: &BTreeMap<u32, Counter>,
+        after: &BTreeMap<u32, Counter>,
+    ) -> Vec<(String, f64, u64)> {
+        self.held
+            .iter()
+            .filter_map(|(id, name, _, _)| {
+                let (b, a) = (before.get(id)?, after.get(id)?);
+                let cnt = a.run_cnt.saturating_sub(b.run_cnt);
+                (cnt > 0).then(|| {
+                    (name.clone(), a.run_time_ns.saturating_sub(b.run_time_ns) as f64 / cnt as f64, cnt)
+                })
+            })
+            .collect()
     }
 
     /// The counters of every held program now, by id.

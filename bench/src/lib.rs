@@ -44,6 +44,8 @@
 //! - `bpfstats`: the kernel's BPF run-time statistics;
 //! - `machine`: the machine's facts;
 //! - `daemon`: the daemon's CPU, memory, start time and scaling;
+//! - `switches`: the scheduler programs' cost per context switch, next to
+//!   a minimal exact accountant of on-CPU and run-queue time;
 //! - `report`: the report's sections, and where it is written.
 //!
 //! Its binaries: `sp-bench` (the call loops, `src/bin/sp-bench.rs`) and
@@ -60,6 +62,7 @@ pub mod reference;
 mod report;
 mod rounds;
 mod statistics;
+mod switches;
 mod tracers;
 
 use std::path::Path;
@@ -103,6 +106,10 @@ pub fn bench(root: &Path, options: &Options) -> Result<()> {
         return Ok(());
     }
     report.push_str(&rounds::run(root, smoke, rounds, tracers)?);
+    // The scheduler programs' cost per switch, with sonic-probe run.
+    if tracers.contains(&Tracer::SonicRun) {
+        report.push_str(&switches::section(&harness::Bench::new(root, smoke), rounds, smoke)?);
+    }
     // A subset (--only) reports its rounds alone; the daemon's load and
     // scaling come with every tracer (the baseline only where there is one:
     // without SONIC_PROBE_BENCH_BASELINE it never runs).

@@ -26,3 +26,10 @@ pub static MINIMAL_WITHOUT: &[(&str, &[u8])] = &[
         aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/minimal_without_aggregation.bpf.o")),
     ),
 ];
+
+/// The least an exact per-thread accountant of on-CPU and run-queue time
+/// costs (`minimal_switch` on sched_switch, `minimal_wakeup` on
+/// sched_wakeup: task storage, a clock read each, one per-CPU add), what
+/// the benchmark compares sonic-probe's scheduler programs with.
+pub static SCHED_MINIMAL_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/sched_minimal.bpf.o"));

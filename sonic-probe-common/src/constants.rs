@@ -123,8 +123,14 @@ shared_consts! {
     /// counters index: futex waits not entered in futex_waiting, the map
     /// was full (no stack capture for them).
     pub const COUNTER_DROP_INFLIGHT_WAITS: u32 = 9;
-    /// Number of counters.
-    pub const NR_COUNTERS: u32 = 10;
+    /// Counter: a thread's scheduler clock could not be had (thread_clocks
+    /// full, or task storage refused): its time is not accounted.
+    pub const COUNTER_DROP_THREAD_CLOCK: u32 = 10;
+    /// Counter: a thread's time went to the overflow slot of
+    /// thread_time_slots (slot 0: every slot taken, or the index full).
+    pub const COUNTER_THREAD_TIME_OVERFLOW: u32 = 11;
+    /// Number of COUNTER_* indices.
+    pub const NR_COUNTERS: u32 = 12;
 
     /// max_entries of target_processes.
     pub const MAX_TARGET_PROCESSES: u32 = 65536;
@@ -202,6 +208,44 @@ shared_consts! {
     pub const FUTEX_CMD_MASK: u64 = 0x7f;
     /// Default ring buffer size in bytes (a power of two, multiple of the page size).
     pub const DEFAULT_RINGBUF_BYTES: u32 = 4 << 20;
+
+    /// Where a watched thread's time goes (index into thread_times.ns; the
+    /// `state` label): running on a CPU.
+    pub const THREAD_ON_CPU: u32 = 0;
+    /// Runnable, not running: preempted, or woken and waiting for a CPU
+    /// (cgroup CPU throttling included).
+    pub const THREAD_RUNQUEUE: u32 = 1;
+    /// Blocked in futex or futex_waitv.
+    pub const THREAD_FUTEX: u32 = 2;
+    /// Blocked in a call on a regular file or block device (read, write,
+    /// pread64, fsync...) or on a path (openat, stat...).
+    pub const THREAD_FILE: u32 = 3;
+    /// Blocked in a call on a socket (read or recv of one, connect...).
+    pub const THREAD_SOCKET: u32 = 4;
+    /// Blocked in a call on a pipe or FIFO.
+    pub const THREAD_PIPE: u32 = 5;
+    /// Blocked in a call on a GPU device (an ioctl of /dev/nvidia*...).
+    pub const THREAD_GPU: u32 = 6;
+    /// Blocked waiting for work: epoll_wait, poll, select, accept.
+    pub const THREAD_POLL: u32 = 7;
+    /// Blocked in nanosleep or clock_nanosleep.
+    pub const THREAD_SLEEP: u32 = 8;
+    /// Blocked in any other call, or outside a call (a page fault, memory
+    /// reclaim).
+    pub const THREAD_OTHER: u32 = 9;
+    /// Number of THREAD_* states.
+    pub const NR_THREAD_STATES: u32 = 10;
+    /// Slots of thread_time_slots at most (the daemon sizes it by the
+    /// number of CPUs); slot 0 is the overflow slot.
+    pub const MAX_THREAD_TIME_SLOTS: u32 = 2048;
+    /// Entries of thread_clocks, the per-thread scheduler clocks where task
+    /// storage is missing (entry_state=thread_map): one per thread that ran
+    /// since attach, deleted when it dies.
+    pub const MAX_THREAD_CLOCKS: u32 = 65536;
+    /// How long a thread's decision "watched or not" holds before its next
+    /// switch off a CPU decides again (targets that change in user space:
+    /// --pid lists, SIGHUP, cgroup moves). Exec and rename decide at once.
+    pub const THREAD_REDECIDE_NS: u64 = 1_000_000_000;
 }
 
 /// Appends every constant as `#define SP_<NAME>`.

@@ -58,6 +58,13 @@ shared_struct! {
         /// counted in its reopens entry instead of being sent (files.h); 0
         /// sends every open (strace mode, tests that want every event).
         pub reopen_coalesce_ns: u64,
+        /// Non-zero: the scheduler programs account where each watched
+        /// thread's time goes (thread_time.h); 0: they return at once.
+        pub thread_time: u32,
+        /// Bytes of a task's kernel stack (THREAD_SIZE: 16 KiB on x86_64,
+        /// 32 KiB with KASAN): its user registers sit at the top, where the
+        /// call a thread blocks in is read.
+        pub thread_stack_size: u32,
     }
 }
 
@@ -86,6 +93,50 @@ shared_struct! {
         pub sp: u64,
         /// User frame pointer (rbp).
         pub bp: u64,
+    }
+}
+
+shared_struct! {
+    /// Key of thread_time_index (-> its slot of thread_time_slots): where
+    /// threads' time is counted, per workload, process name and thread
+    /// name; all zero for the overflow slot.
+    pub struct ThreadTimeKey as "thread_time_key" {
+        /// The thread's cgroup v2 id (0 with workloads off).
+        pub cgroup: u64,
+        /// Name of its thread-group leader (the process name).
+        pub comm: [u8; 16],
+        /// Its own name (pt_autograd_0, loader; the process's name if it
+        /// never took one).
+        pub thread: [u8; 16],
+    }
+}
+
+shared_struct! {
+    /// Value of thread_time_slots (per CPU; the daemon sums the CPUs):
+    /// nanoseconds spent in each THREAD_* state.
+    pub struct ThreadTimes as "thread_times" {
+        pub ns: [u64; 10],
+    }
+}
+
+shared_struct! {
+    /// A thread's scheduler clock (task storage, or thread_clocks keyed by
+    /// thread id): the state it is in since when, and where its time is
+    /// counted (thread_time.h).
+    pub struct ThreadClock as "thread_clock" {
+        /// When the thread entered `state` (bpf_ktime_get_ns); 0: not yet
+        /// seen switching.
+        pub since_ns: u64,
+        /// When `watched` was decided (0: decide at the next switch off a CPU).
+        pub decided_ns: u64,
+        /// Its slot of thread_time_slots plus one (0: none yet).
+        pub slot_plus_one: u32,
+        /// THREAD_*.
+        pub state: u16,
+        /// Non-zero: a target thread, whose time is counted.
+        pub watched: u16,
+        /// What the slot was found for (compared at each switch off a CPU).
+        pub key: ThreadTimeKey,
     }
 }
 
@@ -449,6 +500,9 @@ pub(crate) fn write_c_structs(out: &mut String) {
     write_struct::<FutexWordKey>(out);
     write_struct::<InflightWait>(out);
     write_struct::<ExtKey>(out);
+    write_struct::<ThreadTimeKey>(out);
+    write_struct::<ThreadTimes>(out);
+    write_struct::<ThreadClock>(out);
     write_struct::<EventHeader>(out);
     write_struct::<SyscallEvent>(out);
     write_struct::<SyscallPathEvent>(out);
@@ -469,7 +523,10 @@ const _: () = assert!(core::mem::size_of::<ReopenKey>() == 24);
 const _: () = assert!(core::mem::size_of::<Reopens>() == 40);
 const _: () = assert!(core::mem::size_of::<ErrorKey>() == 32);
 const _: () = assert!(core::mem::size_of::<ThreadState>() == 112 + 8 * STATS_SLOT_CACHE as usize + PATH_CAP);
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 80 + 4 * MAX_GPU_MAJORS);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 88 + 4 * MAX_GPU_MAJORS);
+const _: () = assert!(core::mem::size_of::<ThreadTimeKey>() == 40);
+const _: () = assert!(core::mem::size_of::<ThreadTimes>() == 8 * NR_THREAD_STATES as usize);
+const _: () = assert!(core::mem::size_of::<ThreadClock>() == 64);
 const _: () = assert!(core::mem::size_of::<InflightWait>() == 56);
 const _: () = assert!(core::mem::offset_of!(ProbeConfig, inflight_waits) == 68 + 4 * MAX_GPU_MAJORS);
 

@@ -232,6 +232,64 @@ struct {
 	__type(value, struct inflight_wait);
 } futex_waiting SEC(".maps");
 
+/* ---- where watched threads' time goes (thread_time.h) */
+
+/* Each thread's scheduler clock: task storage, or a hash keyed by thread
+ * id, preallocated (entered from sched_switch and sched_wakeup_new, where
+ * allocating memory is unsafe on the kernels that use it), deleted at the
+ * thread's last switch. */
+#if SP_ENTRY_TASK_STORAGE
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct thread_clock);
+} thread_clocks SEC(".maps");
+#else
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_MAX_THREAD_CLOCKS);
+	__type(key, __u32);
+	__type(value, struct thread_clock);
+} thread_clocks SEC(".maps");
+#endif
+
+/* (workload, process name, thread name) -> its slot of thread_time_slots,
+ * taken at its first transition and kept for the daemon's lifetime.
+ * Preallocated: entered from the scheduler's tracepoints. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_MAX_THREAD_TIME_SLOTS);
+	__type(key, struct thread_time_key);
+	__type(value, __u32);
+} thread_time_index SEC(".maps");
+
+/* Nanoseconds per THREAD_* state, per CPU, one slot per thread_time_index
+ * entry (slot 0: the overflow slot); read by the daemon at scrape time.
+ * The daemon sizes it (probe::thread_time_slots). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SP_MAX_THREAD_TIME_SLOTS);
+	__type(key, __u32);
+	__type(value, struct thread_times);
+} thread_time_slots SEC(".maps");
+
+/* Slots of thread_time_slots taken: slot -> 1. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_MAX_THREAD_TIME_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} thread_time_claims SEC(".maps");
+
+/* How many slots of thread_time_slots are taken (slot 0 aside). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} thread_time_taken SEC(".maps");
+
 /* COUNTER_* -> count, per CPU: drops, overflows, events sent. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
 /*
  * sonic-probe's kernel side: raw_syscalls sys_enter/sys_exit as BTF
- * tracepoints, plus process fork/exec/exit.
+ * tracepoints, plus process fork/exec/exit and the scheduler's switches
+ * and wake-ups (where each watched thread's time goes: thread_time.h).
  *
  * Why this shape: raw tracepoints fire for every system call on the host, so
  * the common path must return within a few instructions. sys_enter returns at
@@ -31,6 +32,7 @@
 #include "files.h"
 #include "futex.h"
 #include "events.h"
+#include "thread_time.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
@@ -289,6 +291,8 @@ static __always_inline void decide_comm_target(__u32 tgid, const struct comm_key
 SEC("tp_btf/task_rename")
 int BPF_PROG(task_rename, struct task_struct *task, const char *comm)
 {
+	/* Its time counts under its new name from its next switch. */
+	thread_redecide(task);
 	/* A thread naming itself does not rename its process. */
 	if (task->pid != task->tgid)
 		return 0;
@@ -306,6 +310,7 @@ int BPF_PROG(sched_process_exec, struct task_struct *p, pid_t old_pid, struct li
 	struct comm_key ck = {};
 	read_comm((char *)ck.comm, p);
 	decide_comm_target(tgid, &ck);
+	thread_redecide(p);
 
 	struct probe_config *cfg = get_config();
 	if (cfg && is_target(cfg, tgid))
@@ -337,5 +342,39 @@ int BPF_PROG(sched_process_exit, struct task_struct *p)
 	if (traced)
 		emit_process(cfg, SP_EVENT_PROCESS_EXIT, bpf_get_current_pid_tgid(), p->real_parent->tgid,
 			     p->exit_code, p->group_leader, workload_of(cfg, p));
+	return 0;
+}
+
+/* ---- the scheduler: where watched threads' time goes (thread_time.h) */
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	struct probe_config *cfg = get_config();
+	if (!cfg || !cfg->thread_time)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	thread_switched_out(cfg, prev, preempt, now);
+	thread_switched_in(cfg, next, now);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(sched_wakeup, struct task_struct *p)
+{
+	struct probe_config *cfg = get_config();
+	if (!cfg || !cfg->thread_time)
+		return 0;
+	thread_woken(p, bpf_ktime_get_ns());
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(sched_wakeup_new, struct task_struct *p)
+{
+	struct probe_config *cfg = get_config();
+	if (!cfg || !cfg->thread_time)
+		return 0;
+	thread_created(cfg, p, bpf_ktime_get_ns());
 	return 0;
 }

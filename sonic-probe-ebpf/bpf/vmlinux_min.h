@@ -36,6 +36,11 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_RINGBUF = 27,
 	BPF_MAP_TYPE_TASK_STORAGE = 29,
 };
+/* Helpers whose presence a program checks with bpf_core_enum_value_exists
+ * (the running kernel's BTF has the enum). */
+enum bpf_func_id {
+	BPF_FUNC_task_pt_regs = 175,
+};
 #define BPF_ANY 0
 #define BPF_NOEXIST 1
 #define BPF_F_NO_PREALLOC 1
@@ -53,6 +58,16 @@ enum bpf_map_type {
 #define S_ISREG(m) (((m) & S_IFMT) == S_IFREG)
 #define S_IFCHR 0020000
 #define S_ISCHR(m) (((m) & S_IFMT) == S_IFCHR)
+#define S_IFBLK 0060000
+#define S_IFIFO 0010000
+#define S_IFSOCK 0140000
+
+/* include/linux/sched.h: task states (__state / state) */
+#define TASK_RUNNING 0x0000
+#define TASK_DEAD 0x0080
+
+/* include/uapi/asm-generic/errno-base.h */
+#define ENOSYS 38
 
 /* uapi/linux/mman.h */
 #define MAP_ANONYMOUS 0x20
@@ -147,6 +162,10 @@ struct css_set {
 
 struct task_struct {
 	struct thread_info thread_info;
+	/* The task's state (TASK_*); `state` before 5.14 (task_struct___pre_5_14). */
+	unsigned int __state;
+	/* Its kernel stack; the user registers sit at its top. */
+	void *stack;
 	struct css_set *cgroups;
 	struct files_struct *files;
 	int exit_code;
@@ -160,5 +179,10 @@ struct task_struct {
 };
 
 struct linux_binprm;
+
+/* task_struct before 5.14 named its state `state` (a long). */
+struct task_struct___pre_5_14 {
+	long state;
+};
 
 #pragma clang attribute pop

@@ -152,6 +152,10 @@ pub enum ProgramGroup {
     Lifecycle,
     /// sys_enter/sys_exit: measure the calls.
     Syscalls,
+    /// sched_switch/sched_wakeup/sched_wakeup_new: where watched threads'
+    /// time goes (on CPU, waiting for a CPU, blocked by cause). Attached
+    /// last, by `run` and `check-config --attach` (not by `trace`).
+    Scheduler,
 }
 
 /// Every program, in attach order.
@@ -174,6 +178,9 @@ pub const PROGRAMS: &[ProgramSpec] = &[
     ProgramSpec { name: "task_rename", tracepoint: "task_rename", group: ProgramGroup::Lifecycle },
     ProgramSpec { name: "sys_enter", tracepoint: "sys_enter", group: ProgramGroup::Syscalls },
     ProgramSpec { name: "sys_exit", tracepoint: "sys_exit", group: ProgramGroup::Syscalls },
+    ProgramSpec { name: "sched_switch", tracepoint: "sched_switch", group: ProgramGroup::Scheduler },
+    ProgramSpec { name: "sched_wakeup", tracepoint: "sched_wakeup", group: ProgramGroup::Scheduler },
+    ProgramSpec { name: "sched_wakeup_new", tracepoint: "sched_wakeup_new", group: ProgramGroup::Scheduler },
 ];
 
 /// Names of the maps in [`OBJECT`].
@@ -204,4 +211,11 @@ pub mod maps {
     /// Futex waits of targets in progress (with stack captures on).
     pub const FUTEX_WAITING: &str = "futex_waiting";
     pub const EVENTS: &str = "events";
+    /// (workload, process name, thread name) -> its slot of thread_time_slots.
+    pub const THREAD_TIME_INDEX: &str = "thread_time_index";
+    /// Per-CPU array of nanoseconds per thread state, one slot per
+    /// thread_time_index entry; slot 0 the overflow slot.
+    pub const THREAD_TIME_SLOTS: &str = "thread_time_slots";
+    /// Per-thread scheduler clocks; a hash only with entry_state=thread_map.
+    pub const THREAD_CLOCKS: &str = "thread_clocks";
 }

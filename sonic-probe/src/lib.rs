@@ -8,7 +8,8 @@
 //! [`config`] (the command line, every option, the config file, units).
 //! The subsystems they are built of: [`probe`] (the BPF programs loaded,
 //! configured, attached; targets), [`events`] (the ring buffer decoded),
-//! [`stats`] (the kernel's counts read at scrape time), [`findings`] (the
+//! [`stats`] (the kernel's counts read at scrape time), [`threads`] (where
+//! each watched thread's time goes, from the scheduler), [`findings`] (the
 //! detectors: events in, findings out), [`metrics`] (everything presented
 //! as Prometheus families), [`workloads`] (cgroup to unit, pod, container),
 //! [`stacks`] (a stalled process's Python and native stacks), [`web`] (the
@@ -35,6 +36,7 @@ pub mod probe;
 pub mod run;
 pub mod stacks;
 pub mod stats;
+pub mod threads;
 pub mod trace;
 pub mod web;
 pub mod workloads;

@@ -33,9 +33,10 @@ pub fn privileged(test: &str) -> bool {
 }
 
 /// The BPF programs `sonic-probe run` attaches: sys_enter, sys_exit,
-/// sched_process_fork, sched_process_exec, sched_process_exit and
-/// task_rename.
-pub const PROGRAMS_ATTACHED: f64 = 6.0;
+/// sched_process_fork, sched_process_exec, sched_process_exit,
+/// task_rename, and (--thread-time on, the default) sched_switch,
+/// sched_wakeup and sched_wakeup_new.
+pub const PROGRAMS_ATTACHED: f64 = 9.0;
 
 /// Put in the message of an assertion on wall-clock time (a bucket, a
 /// measured wait), and only there: `cargo xtask vmtest` retries a test of
@@ -555,6 +556,23 @@ impl Workload {
         self.stdout.read_line(&mut line).expect("paused line");
         assert_eq!(line.trim(), "paused", "the workload did not pause");
         self.wait_blocked_in_read();
+    }
+
+    /// Lets it run until it prints the line `last`: the lines it printed
+    /// before it (it goes on running).
+    pub fn go_until(&mut self, last: &str) -> Vec<String> {
+        let stdin = self.stdin.as_mut().expect("stdin");
+        stdin.write_all(b"g").and_then(|_| stdin.flush()).expect("go");
+        let mut lines = Vec::new();
+        loop {
+            let mut line = String::new();
+            let n = self.stdout.read_line(&mut line).expect("a line of the workload");
+            assert!(n > 0, "the workload ended before printing {last:?}: {lines:?}");
+            if line.trim() == last {
+                return lines;
+            }
+            lines.push(line.trim().to_string());
+        }
     }
 
     /// Lets it run, and waits for it to finish.

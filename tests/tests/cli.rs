@@ -24,6 +24,9 @@ const OUR_PROGRAMS: &[&str] = &[
     "sched_process_exec",
     "sched_process_exit",
     "task_rename",
+    "sched_switch",
+    "sched_wakeup",
+    "sched_wakeup_new",
 ];
 const OUR_MAPS: &[&str] =
     &["thread_states", "syscall_stats", "syscall_errors", "target_processe", "target_comms"];

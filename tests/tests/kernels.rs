@@ -157,5 +157,5 @@ fn a_kernel_that_reports_version_2_6_is_judged_by_its_features() {
     assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
     assert!(out.contains("kernel BPF features: has btf_tracepoint ringbuf"), "{out}");
     assert!(out.contains("programs: task_access="), "{out}");
-    assert!(out.contains("attached 6 BPF programs and detached them: OK"), "{out}");
+    assert!(out.contains("attached 9 BPF programs and detached them: OK"), "{out}");
 }

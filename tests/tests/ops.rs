@@ -233,7 +233,7 @@ fn check_config_accepts_the_shipped_config_and_attaches() {
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{out} {}", String::from_utf8_lossy(&o.stderr));
-    assert!(out.contains("attached 6 BPF programs and detached them: OK"), "{out}");
+    assert!(out.contains("attached 9 BPF programs and detached them: OK"), "{out}");
 }
 
 /// The calls the tests compare exactly.

@@ -12,6 +12,9 @@
 //!   openat-rw  the same opened read-write: every open sent with its path
 //!   mmap       mmap + munmap of 64 KiB            (traced, two calls)
 //!   getppid    getppid                            (not traced)
+//!   pingpong   two threads on one CPU waking each other through a futex:
+//!              N round trips, two context switches (and two wake-ups)
+//!              each; prints per switch (run with --cpu to pin both)
 //! With --rate it paces itself to that many calls per second (per thread);
 //! --open-files keeps K more regular files open meanwhile; --wait prints
 //! `ready` and waits for a byte on stdin before starting (so that a probe
@@ -129,6 +132,38 @@ fn bench(call: &str, n: u64, rate: Option<u64>) -> (Duration, u64) {
                     );
                     libc::munmap(p, 64 << 10);
                 });
+                (t, 2 * n)
+            }
+            "pingpong" => {
+                use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+                static TURN: AtomicU32 = AtomicU32::new(0);
+                let futex = |op: i32, val: u32| {
+                    libc::syscall(
+                        libc::SYS_futex,
+                        TURN.as_ptr(),
+                        op | libc::FUTEX_PRIVATE_FLAG,
+                        val,
+                        std::ptr::null::<libc::timespec>(),
+                    );
+                };
+                // Whose turn: 1 the other thread's, 0 ours.
+                let other = std::thread::spawn(move || {
+                    for _ in 0..n {
+                        while TURN.load(SeqCst) != 1 {
+                            futex(libc::FUTEX_WAIT, 0);
+                        }
+                        TURN.store(0, SeqCst);
+                        futex(libc::FUTEX_WAKE, 1);
+                    }
+                });
+                let t = run(n, None, || {
+                    TURN.store(1, SeqCst);
+                    futex(libc::FUTEX_WAKE, 1);
+                    while TURN.load(SeqCst) != 0 {
+                        futex(libc::FUTEX_WAIT, 1);
+                    }
+                });
+                let _ = other.join();
                 (t, 2 * n)
             }
             "getppid" => {

@@ -1,7 +1,8 @@
-//! `sp-reference floor|minimal|minimal-without-PIECE`: attaches one of the
-//! benchmark's reference
-//! BPF programs to raw_syscalls sys_enter/sys_exit (PIECE: clock,
-//! task-storage or aggregation removed, for the breakdown), prints `attached` on
+//! `sp-reference floor|minimal|minimal-without-PIECE|sched-minimal`:
+//! attaches one of the benchmark's reference BPF programs to raw_syscalls
+//! sys_enter/sys_exit (PIECE: clock, task-storage or aggregation removed,
+//! for the breakdown), or the minimal thread-time accountant to
+//! sched_switch/sched_wakeup (sched-minimal), prints `attached` on
 //! stderr and holds them until it is killed (SIGINT/SIGTERM) or its stdin
 //! closes; the kernel detaches them when the process ends.
 //!
@@ -15,13 +16,18 @@
 use std::{io::Read, process::ExitCode};
 
 use aya::{programs::BtfTracePoint, Btf, EbpfLoader};
-use sonic_probe_bench::reference::{FLOOR_OBJECT, MINIMAL_OBJECT, MINIMAL_WITHOUT};
+use sonic_probe_bench::reference::{FLOOR_OBJECT, MINIMAL_OBJECT, MINIMAL_WITHOUT, SCHED_MINIMAL_OBJECT};
 
 fn attach(object: &[u8], enter: &str, exit: &str) -> anyhow::Result<aya::Ebpf> {
+    attach_to(object, &[(enter, "sys_enter"), (exit, "sys_exit")])
+}
+
+/// Loads `object` and attaches each (program, tracepoint).
+fn attach_to(object: &[u8], programs: &[(&str, &str)]) -> anyhow::Result<aya::Ebpf> {
     let btf = Btf::from_sys_fs()?;
     // aya 0.14 has no type for task storage maps; the kernel does.
     let mut ebpf = EbpfLoader::new().btf(Some(&btf)).allow_unsupported_maps().load(object)?;
-    for (name, tp) in [(enter, "sys_enter"), (exit, "sys_exit")] {
+    for &(name, tp) in programs {
         let p: &mut BtfTracePoint =
             ebpf.program_mut(name).ok_or_else(|| anyhow::anyhow!("no program {name}"))?.try_into()?;
         p.load(tp, &btf)?;
@@ -35,6 +41,10 @@ fn main() -> ExitCode {
     let attached = match which.as_str() {
         "floor" => attach(FLOOR_OBJECT, "floor_enter", "floor_exit"),
         "minimal" => attach(MINIMAL_OBJECT, "minimal_enter", "minimal_exit"),
+        "sched-minimal" => attach_to(
+            SCHED_MINIMAL_OBJECT,
+            &[("minimal_switch", "sched_switch"), ("minimal_wakeup", "sched_wakeup")],
+        ),
         other => match other
             .strip_prefix("minimal-without-")
             .and_then(|piece| MINIMAL_WITHOUT.iter().find(|(p, _)| *p == piece))
@@ -42,7 +52,10 @@ fn main() -> ExitCode {
             Some((_, object)) => attach(object, "minimal_enter", "minimal_exit"),
             None => {
                 let pieces: Vec<&str> = MINIMAL_WITHOUT.iter().map(|(p, _)| *p).collect();
-                eprintln!("usage: sp-reference floor|minimal|minimal-without-{{{}}}", pieces.join(","));
+                eprintln!(
+                    "usage: sp-reference floor|minimal|minimal-without-{{{}}}|sched-minimal",
+                    pieces.join(",")
+                );
                 return ExitCode::from(2);
             }
         },

@@ -97,6 +97,8 @@ mod tests {
             small_read_threshold = 2048
             syscalls = "default,write"
             max_comms = 100
+            max_thread_names = 16
+            thread_time = "off"
             workload_from = "cgroup"
             containers_log_dir = "/host/var/log/containers"
             max_workloads = 64

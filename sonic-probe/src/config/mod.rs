@@ -29,6 +29,10 @@ pub struct RunConfig {
     pub large_map_bytes: u64,
     pub small_read_bytes: u64,
     pub max_comms: usize,
+    /// Thread names with their own `thread` label, per process name.
+    pub max_thread_names: usize,
+    /// Where each watched thread's time goes (`--thread-time`).
+    pub thread_time: bool,
     /// Where workloads come from, and where their names are read.
     pub workloads: crate::workloads::WorkloadSettings,
     pub ringbuf_bytes: u32,
@@ -57,6 +61,8 @@ pub const MAX_RINGBUF_BYTES: u64 = 1 << 30;
 pub const MIN_RINGBUF_BYTES: u64 = 4096;
 /// Upper bound of --max-comms, to keep label cardinality sane.
 pub const MAX_COMM_LABELS: usize = 100_000;
+/// Upper bound of --max-thread-names: thread names per process name.
+pub const MAX_THREAD_NAME_LABELS: usize = 10_000;
 /// Upper bound of --max-workloads: a node runs tens of services, not thousands.
 pub const MAX_WORKLOAD_LABELS: usize = 4096;
 
@@ -83,6 +89,8 @@ impl RunConfig {
             large_map_bytes: given(a.large_map_threshold),
             small_read_bytes: given(a.small_read_threshold),
             max_comms: check_max_comms(given(a.max_comms))?,
+            max_thread_names: check_max_thread_names(given(a.max_thread_names))?,
+            thread_time: given(a.thread_time).is_on(),
             workloads: crate::workloads::WorkloadSettings::new(
                 given(a.workload_from),
                 crate::os::procfs::cgroup2_mount(),
@@ -209,6 +217,16 @@ fn check_max_comms(n: usize) -> Result<usize> {
         return Err(Error::usage(format!(
             "{} {n}: must be between 1 and {MAX_COMM_LABELS}",
             flag!(max_comms)
+        )));
+    }
+    Ok(n)
+}
+
+fn check_max_thread_names(n: usize) -> Result<usize> {
+    if n == 0 || n > MAX_THREAD_NAME_LABELS {
+        return Err(Error::usage(format!(
+            "{} {n}: must be between 1 and {MAX_THREAD_NAME_LABELS}",
+            flag!(max_thread_names)
         )));
     }
     Ok(n)

@@ -243,6 +243,19 @@ run_options! {
     #[arg(long, value_name = "N")]
     max_comms: Option<usize> = 256;
 
+    /// Distinct thread names exported as their own `thread` label of
+    /// sonic_probe_thread_seconds_total, per process name; further names of
+    /// that process name are exported as thread="other".
+    #[arg(long, value_name = "N")]
+    max_thread_names: Option<usize> = 64;
+
+    /// Account where each watched thread's time goes: on CPU, waiting for a
+    /// CPU, blocked by cause (sonic_probe_thread_seconds_total): on or off.
+    /// On attaches three more BPF programs, on the scheduler's switches and
+    /// wake-ups. Read at start only.
+    #[arg(long, value_name = "on/off")]
+    thread_time: Option<OnOff> = "on";
+
     /// Where the `workload` label (the systemd unit, Kubernetes container or
     /// Docker container of a process) comes from: auto (the cgroup v2
     /// hierarchy when one is mounted, else none, logged), cgroup (refuse to

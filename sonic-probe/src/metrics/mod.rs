@@ -13,6 +13,8 @@
 //! - [`syscalls`]: the system-call families, from the aggregation maps;
 //! - [`probe`]: [`probe::ProbeCollector`], the kernel's counts and the
 //!   daemon's own health;
+//! - [`threads`]: where watched threads' time goes (collected by the
+//!   probe's collector);
 //! - [`findings`]: [`findings::FindingsCollector`], the findings engine and
 //!   its detectors.
 
@@ -20,6 +22,7 @@ pub mod family;
 pub mod findings;
 pub mod probe;
 pub mod syscalls;
+pub mod threads;
 
 use family::MetricDef;
 
@@ -29,7 +32,13 @@ use family::MetricDef;
 pub fn metric_defs() -> &'static [MetricDef] {
     static DEFS: std::sync::OnceLock<Vec<MetricDef>> = std::sync::OnceLock::new();
     DEFS.get_or_init(|| {
-        syscalls::defs().iter().chain(probe::METRICS).chain(findings::defs()).cloned().collect()
+        syscalls::defs()
+            .iter()
+            .chain(probe::METRICS)
+            .chain(threads::METRICS)
+            .chain(findings::defs())
+            .cloned()
+            .collect()
     })
 }
 

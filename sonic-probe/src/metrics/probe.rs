@@ -11,19 +11,20 @@ use prometheus::{
 };
 use sonic_probe_common::{
     COUNTER_DROP_ERRORS, COUNTER_DROP_INFLIGHT_WAITS, COUNTER_DROP_OPEN_FILES, COUNTER_DROP_RINGBUF,
-    COUNTER_DROP_STATS, COUNTER_DROP_TARGET, COUNTER_DROP_THREAD_STATE, COUNTER_ERRORS_OVERFLOW,
-    COUNTER_EVENTS_SENT, COUNTER_STATS_OVERFLOW,
+    COUNTER_DROP_STATS, COUNTER_DROP_TARGET, COUNTER_DROP_THREAD_CLOCK, COUNTER_DROP_THREAD_STATE,
+    COUNTER_ERRORS_OVERFLOW, COUNTER_EVENTS_SENT, COUNTER_STATS_OVERFLOW, COUNTER_THREAD_TIME_OVERFLOW,
 };
 
 use super::{
     family::{counter, def, descs, family, gauge, named, MetricDef},
-    syscalls,
+    syscalls, threads,
 };
 use crate::{
     events::reader::ReaderStats,
     probe::{Probe, TargetMaps},
     stats::labels::CommLabels,
     stats::StatsStore,
+    threads::ThreadTimeStore,
     workloads::Workloads,
 };
 
@@ -42,18 +43,20 @@ pub const METRICS: &[MetricDef] = &[
          per-thread state, call not measured), stats_map / errors_map (aggregation map full, \
          no overflow entry), target_map (forked child not followed), open_files (descriptor \
          not tracked), futex_waiting (futex wait not tracked while in progress: no stack capture for \
-         it), user_queue (daemon queue full)."),
+         it), thread_clock (no scheduler clock for a thread: its time not accounted), user_queue (daemon \
+         queue full)."),
     def("sonic_probe_event_decode_errors_total", COUNTER, &[],
         "Ring buffer records the daemon could not decode."),
     def("sonic_probe_aggregation_overflow_total", COUNTER, &["map"],
-        "Calls or errors counted in the comm=\"other\" workload=\"other\" overflow entry because the kernel map was full."),
+        "Calls, errors or thread time counted in the comm=\"other\" workload=\"other\" overflow entry because \
+         the kernel map was full (map: syscall_stats, syscall_errors, thread_time_slots)."),
     def("sonic_probe_build_info", GAUGE, &["version", "kernel"],
         "Always 1; labels tell the sonic-probe version and the running kernel."),
     def("sonic_probe_bpf_programs_attached", GAUGE, &[],
         "BPF programs currently attached."),
     def("sonic_probe_bpf_programs", GAUGE, &[],
-        "BPF programs this build attaches when healthy (what sonic_probe_bpf_programs_attached should \
-         be, whatever the version)."),
+        "BPF programs this build and configuration attach when healthy (what \
+         sonic_probe_bpf_programs_attached should be, whatever the version: 9, 6 with --thread-time off)."),
     def("sonic_probe_kernel_feature", GAUGE, &["feature"],
         "1 if the running kernel accepted the BPF feature's probe program, else 0 (btf_tracepoint, ringbuf, \
          task_btf, ancestor_cgroup_id, task_storage, bpf_loop, percpu_lookup)."),
@@ -88,6 +91,7 @@ const DROP_STAGES: &[(u32, &str)] = &[
     (COUNTER_DROP_TARGET, "target_map"),
     (COUNTER_DROP_OPEN_FILES, "open_files"),
     (COUNTER_DROP_INFLIGHT_WAITS, "futex_waiting"),
+    (COUNTER_DROP_THREAD_CLOCK, "thread_clock"),
 ];
 
 /// The kernel maps whose handles the daemon's sweep holds (open_files,
@@ -107,6 +111,8 @@ pub struct ProbeCollector {
     pub workloads: Arc<Mutex<Workloads>>,
     pub swept: Arc<dyn SweptMaps>,
     pub whole_host: bool,
+    /// Where watched threads' time goes (None with --thread-time off).
+    threads: Option<Arc<ThreadTimeStore>>,
     kernel: String,
     descs: Vec<Desc>,
 }
@@ -126,8 +132,26 @@ impl ProbeCollector {
         let kernel = nix::sys::utsname::uname()
             .map(|u| u.release().to_string_lossy().into_owned())
             .unwrap_or_default();
-        let descs = descs(syscalls::defs().iter().chain(METRICS));
-        ProbeCollector { probe, store, targets, reader, labels, workloads, swept, whole_host, kernel, descs }
+        let descs = descs(syscalls::defs().iter().chain(METRICS).chain(threads::METRICS));
+        ProbeCollector {
+            probe,
+            store,
+            targets,
+            reader,
+            labels,
+            workloads,
+            swept,
+            whole_host,
+            threads: None,
+            kernel,
+            descs,
+        }
+    }
+
+    /// Exports where watched threads' time goes, from `store`.
+    pub fn with_threads(mut self, store: Option<Arc<ThreadTimeStore>>) -> Self {
+        self.threads = store;
+        self
     }
 }
 
@@ -170,6 +194,7 @@ impl Collector for ProbeCollector {
             vec![
                 counter(&[("map", "syscall_stats")], c(COUNTER_STATS_OVERFLOW)),
                 counter(&[("map", "syscall_errors")], c(COUNTER_ERRORS_OVERFLOW)),
+                counter(&[("map", "thread_time_slots")], c(COUNTER_THREAD_TIME_OVERFLOW)),
             ],
         ));
         out.push(probe_family(
@@ -177,17 +202,21 @@ impl Collector for ProbeCollector {
             vec![gauge(&[("version", env!("CARGO_PKG_VERSION")), ("kernel", &self.kernel)], 1.0)],
         ));
 
-        let thread_states;
+        if let Some(threads) = &self.threads {
+            threads::collect(&mut out, threads);
+        }
+        let (thread_states, thread_clocks);
         {
             let probe = self.probe.lock().expect("probe lock");
             thread_states = probe.thread_state_entries();
+            thread_clocks = probe.thread_clock_entries();
             out.push(probe_family(
                 "sonic_probe_bpf_programs_attached",
                 vec![gauge(&[], probe.attached().len() as f64)],
             ));
             out.push(probe_family(
                 "sonic_probe_bpf_programs",
-                vec![gauge(&[], sonic_probe_ebpf::PROGRAMS.len() as f64)],
+                vec![gauge(&[], probe.expected_programs() as f64)],
             ));
             out.push(probe_family(
                 "sonic_probe_kernel_feature",
@@ -233,6 +262,12 @@ impl Collector for ProbeCollector {
             .into_iter()
             // Only where per-thread state is a hash (entry_state=thread_map).
             .chain(thread_states.map(|n| gauge(&[("map", "thread_states")], n as f64)))
+            .chain(thread_clocks.map(|n| gauge(&[("map", "thread_clocks")], n as f64)))
+            .chain(
+                self.threads
+                    .as_ref()
+                    .map(|t| gauge(&[("map", "thread_time_slots")], t.slots_in_use() as f64)),
+            )
             .collect(),
         ));
         let assigned = self.labels.lock().expect("labels lock").assigned();

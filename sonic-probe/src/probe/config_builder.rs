@@ -117,8 +117,32 @@ impl ProbeConfigBuilder {
         self
     }
 
+    /// The scheduler programs account where each watched thread's time
+    /// goes (thread_time.h), reading a blocked thread's call from the top
+    /// of its kernel stack where the kernel has no bpf_task_pt_regs.
+    pub fn thread_time(mut self, on: bool) -> Self {
+        self.config.thread_time = u32::from(on);
+        self.config.thread_stack_size = kernel_stack_size();
+        self
+    }
+
     pub fn build(self) -> ProbeConfig {
         self.config
+    }
+}
+
+/// THREAD_SIZE of the running x86_64 kernel: 16 KiB, twice that with
+/// KASAN (its config, where /boot has it, says).
+fn kernel_stack_size() -> u32 {
+    let release = nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned());
+    let kasan = release
+        .ok()
+        .and_then(|r| std::fs::read_to_string(format!("/boot/config-{r}")).ok())
+        .is_some_and(|c| c.lines().any(|l| l == "CONFIG_KASAN=y"));
+    if kasan {
+        32 << 10
+    } else {
+        16 << 10
     }
 }
 

@@ -23,8 +23,11 @@ use aya::{
     Btf, Ebpf, EbpfLoader,
 };
 use sonic_probe_common::{
-    constants::MAX_STATS_SLOTS, ext_key, syscalls::NR_SYSCALLS, ErrorKey, ExtKey, FileKey, InflightWait,
-    OpenFile, ProbeConfig, SharedStruct, StatsKey, SyscallStats, ThreadState,
+    constants::{MAX_STATS_SLOTS, MAX_THREAD_TIME_SLOTS},
+    ext_key,
+    syscalls::NR_SYSCALLS,
+    ErrorKey, ExtKey, FileKey, InflightWait, OpenFile, ProbeConfig, SharedStruct, StatsKey, SyscallStats,
+    ThreadClock, ThreadState, ThreadTimeKey, ThreadTimes,
 };
 use sonic_probe_ebpf::{maps, ProgramGroup, Variant, PROGRAMS};
 
@@ -131,6 +134,8 @@ pub struct Probe {
     variant: Variant,
     config: Array<MapData, ProbeConfig>,
     attached: Vec<&'static str>,
+    /// The groups attach was asked for.
+    wanted: Vec<ProgramGroup>,
     stats_fd: Option<OwnedFd>,
 }
 
@@ -156,6 +161,7 @@ impl Probe {
             .allow_unsupported_maps()
             .map_max_entries(maps::EVENTS, ringbuf_bytes)
             .map_max_entries(maps::STATS_SLOTS, stats_slots(nr_cpus()?))
+            .map_max_entries(maps::THREAD_TIME_SLOTS, thread_time_slots(nr_cpus()?))
             .load(object)
             .map_err(|e| memlock_hint(ProbeError::Load(e)))?;
         for spec in PROGRAMS {
@@ -165,7 +171,15 @@ impl Probe {
             prog.load(spec.tracepoint, &btf).map_err(err)?;
         }
         let config = Array::try_from(take(&mut ebpf, maps::CONFIG)?).map_err(map_err(maps::CONFIG))?;
-        Ok(Probe { ebpf, features, variant, config, attached: Vec::new(), stats_fd: None })
+        Ok(Probe {
+            ebpf,
+            features,
+            variant,
+            config,
+            attached: Vec::new(),
+            wanted: Vec::new(),
+            stats_fd: None,
+        })
     }
 
     /// What the kernel accepted.
@@ -186,6 +200,17 @@ impl Probe {
         }
         let map: HashMap<&MapData, u32, ThreadState> =
             HashMap::try_from(self.ebpf.map(maps::THREAD_STATES)?).ok()?;
+        Some(map.keys().filter(Result::is_ok).count())
+    }
+
+    /// Threads with a scheduler clock, where that is a hash keyed by
+    /// thread id (None with task storage).
+    pub fn thread_clock_entries(&self) -> Option<usize> {
+        if self.variant.task_storage {
+            return None;
+        }
+        let map: HashMap<&MapData, u32, ThreadClock> =
+            HashMap::try_from(self.ebpf.map(maps::THREAD_CLOCKS)?).ok()?;
         Some(map.keys().filter(Result::is_ok).count())
     }
 
@@ -219,6 +244,7 @@ impl Probe {
 
     /// Attaches the programs of `group`, in [`PROGRAMS`] order.
     pub fn attach(&mut self, group: ProgramGroup) -> Result<(), ProbeError> {
+        self.wanted.push(group);
         for spec in PROGRAMS.iter().filter(|s| s.group == group) {
             let err = |source| ProbeError::Program { name: spec.name, tracepoint: spec.tracepoint, source };
             let prog: &mut BtfTracePoint = self
@@ -231,6 +257,12 @@ impl Probe {
             self.attached.push(spec.name);
         }
         Ok(())
+    }
+
+    /// Programs of the groups attach was asked for: what should be
+    /// attached when all is well.
+    pub fn expected_programs(&self) -> usize {
+        PROGRAMS.iter().filter(|p| self.wanted.contains(&p.group)).count()
     }
 
     /// Names of the attached programs.
@@ -274,6 +306,15 @@ impl Probe {
             errors.insert(key, zero, 0).map_err(map_err(maps::SYSCALL_ERRORS))?;
         }
         Ok(Aggregates { index, slots, stats, errors, counters })
+    }
+
+    /// Where watched threads' time is counted (call once).
+    pub fn take_thread_times(&mut self) -> Result<ThreadTimeMaps, ProbeError> {
+        let index = HashMap::try_from(take(&mut self.ebpf, maps::THREAD_TIME_INDEX)?)
+            .map_err(map_err(maps::THREAD_TIME_INDEX))?;
+        let slots = PerCpuArray::try_from(take(&mut self.ebpf, maps::THREAD_TIME_SLOTS)?)
+            .map_err(map_err(maps::THREAD_TIME_SLOTS))?;
+        Ok(ThreadTimeMaps { index, slots })
     }
 
     /// Fills the extension -> file class table the programs classify files by.
@@ -347,6 +388,26 @@ pub struct Aggregates {
     pub errors: PerCpuHashMap<MapData, ErrorKey, u64>,
     /// COUNTER_* indices -> per-CPU counts.
     pub counters: PerCpuArray<MapData, u64>,
+}
+
+/// The maps of where watched threads' time goes, read at scrape time.
+pub struct ThreadTimeMaps {
+    /// (workload, process name, thread name) -> its slot in `slots`.
+    pub index: HashMap<MapData, ThreadTimeKey, u32>,
+    /// slot -> per-CPU nanoseconds per THREAD_* state; slot 0 the overflow.
+    pub slots: PerCpuArray<MapData, ThreadTimes>,
+}
+
+/// Kernel memory thread_time_slots may take (a per-CPU array, allocated
+/// whole at load: 80 bytes a slot per CPU).
+pub const THREAD_TIME_MEMORY_BUDGET: usize = 8 << 20;
+
+/// Slots of thread_time_slots on a machine of `cpus` CPUs: as many as the
+/// budget allows, at most MAX_THREAD_TIME_SLOTS, at least 64. Names beyond
+/// them count in the overflow slot (thread="other"), exactly.
+pub fn thread_time_slots(cpus: usize) -> u32 {
+    let fit = THREAD_TIME_MEMORY_BUDGET / (std::mem::size_of::<ThreadTimes>() * cpus.max(1));
+    fit.clamp(64, MAX_THREAD_TIME_SLOTS as usize) as u32
 }
 
 /// Kernel memory the statistics slots may take: stats_slots is a per-CPU

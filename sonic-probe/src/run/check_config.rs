@@ -31,6 +31,9 @@ pub fn check_config(args: &CheckConfigArgs) -> Result<()> {
         probe.take_targets()?.apply(&config.targets)?;
         probe.attach(ProgramGroup::Lifecycle)?;
         probe.attach(ProgramGroup::Syscalls)?;
+        if config.thread_time {
+            probe.attach(ProgramGroup::Scheduler)?;
+        }
         let n = probe.attached().len();
         drop(probe);
         println!("attached {n} BPF programs and detached them: OK");

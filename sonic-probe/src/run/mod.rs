@@ -46,6 +46,7 @@ use crate::{
     stacks::capture::{CaptureStore, Capturer},
     stats::labels::CommLabels,
     stats::StatsStore,
+    threads::{ThreadAggregator, ThreadTimeStore},
     web::{self, HttpState},
     workloads::Workloads,
 };
@@ -156,6 +157,7 @@ pub fn probe_config(config: &RunConfig) -> ProbeConfig {
             (true, true) => sonic_probe_common::INFLIGHT_MAIN_THREADS,
             (true, false) => sonic_probe_common::INFLIGHT_ALL_THREADS,
         })
+        .thread_time(config.thread_time)
         .build()
 }
 
@@ -187,6 +189,7 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     let reopens = probe.take_reopens()?;
     let ring = probe.take_events()?;
     let futex_waiting = probe.take_futex_waiting()?;
+    let thread_times = probe.take_thread_times()?;
     if config.bpf_stats {
         probe.enable_run_time_stats()?;
     }
@@ -195,6 +198,9 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     probe.attach(ProgramGroup::Lifecycle)?;
     let comm_matches = targets.scan_comms(&config.targets.comms)?;
     probe.attach(ProgramGroup::Syscalls)?;
+    if config.thread_time {
+        probe.attach(ProgramGroup::Scheduler)?;
+    }
     drop_capabilities(&probe, config.stack_captures);
     // Loading parsed the kernel's BTF (megabytes, freed since).
     crate::stacks::capture::give_back_memory();
@@ -223,6 +229,10 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     let probe = Arc::new(Mutex::new(probe));
     let labels = Arc::new(Mutex::new(CommLabels::new(config.max_comms)));
     let store = Arc::new(Mutex::new(StatsStore::new(aggregates, labels.clone(), workloads.clone())));
+    let threads = config.thread_time.then(|| {
+        let aggregator = ThreadAggregator::new(labels.clone(), workloads.clone(), config.max_thread_names);
+        Arc::new(ThreadTimeStore::new(thread_times, aggregator))
+    });
     let targets = Arc::new(Mutex::new(targets));
     let collector = ProbeCollector::new(
         probe.clone(),
@@ -233,7 +243,8 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
         workloads.clone(),
         Arc::new(findings.clone()),
         config.targets.is_whole_host(),
-    );
+    )
+    .with_threads(threads);
     registry.register(Box::new(collector)).context("cannot register the metrics")?;
     registry
         .register(Box::new(

@@ -64,6 +64,8 @@ fn keep_restart_only(old: &RunConfig, mut new: RunConfig) -> (RunConfig, Vec<&'s
         "listen" => listen,
         "ringbuf_size" => ringbuf_bytes,
         "max_comms" => max_comms,
+        "max_thread_names" => max_thread_names,
+        "thread_time" => thread_time,
         "workload_from, containers_log_dir, max_workloads" => workloads,
         "bpf_stats" => bpf_stats,
         "btf" => btf,

@@ -37,6 +37,24 @@
 //!                              (the test moves it to another cgroup
 //!                              between the two go signals)
 //!   idle                       nothing after the go signal
+//!   cpu SECS                   threads spin_a and spin_b pinned to CPU 0
+//!                              and solo pinned to CPU 1, named and
+//!                              blocked: "thread NAME TID" each, "named";
+//!                              at the next byte on stdin each spins SECS
+//!                              s, prints "thread NAME TID START_NS END_NS"
+//!                              (CLOCK_MONOTONIC) and blocks again; then
+//!                              "parked", and it exits at the next byte
+//!   blocked                    threads blocked for known times, each in
+//!                              one kind of call: sleeper (nanosleep 4 x
+//!                              0.5 s), waiter (a futex wait woken 1.5 s
+//!                              after it blocked), piper (a pipe read
+//!                              written 1 s after), socker (a read of a
+//!                              unix socket written 1 s after); each
+//!                              prints "thread NAME TID START_NS END_NS
+//!                              BLOCKED_NS SPAWN_NS" (its life, the time it
+//!                              measured around its blocking calls, when
+//!                              its parent was about to spawn it) and
+//!                              exits; then "done"
 //!
 //! Calls go straight to libc (no allocation, no std I/O) after the go
 //! signal so that nothing else is counted; it ends with _exit.
@@ -198,6 +216,223 @@ fn stall(op: &str, ms: u64) {
     drop(holder);
 }
 
+/// CLOCK_MONOTONIC in ns (bpf_ktime_get_ns's clock).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: writing into a local timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Names the calling thread.
+fn name_thread(name: &str) {
+    let c = CString::new(name).unwrap_or_else(|_| die("bad name"));
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of <= 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c.as_ptr()) };
+}
+
+/// Pins the calling thread to one CPU.
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t with one bit set, for the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            die(&format!("cannot pin to CPU {cpu}: {}", std::io::Error::last_os_error()));
+        }
+    }
+}
+
+/// Whether thread `tid` of this process sits in system call `nr`.
+fn in_syscall(tid: u32, nr: i64) -> bool {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+        .is_ok_and(|s| s.split_whitespace().next() == Some(&nr.to_string()))
+}
+
+/// Mode cpu: see the usage.
+fn cpu(secs: u64) {
+    use std::sync::{Arc, Mutex};
+    let named = Arc::new(Mutex::new(Vec::new()));
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let (mut start, mut park) = ([-1; 2], [-1; 2]);
+    // SAFETY: pipes into our own arrays; nobody ever writes park.
+    unsafe {
+        libc::pipe(start.as_mut_ptr());
+        libc::pipe(park.as_mut_ptr());
+    }
+    let threads = [("spin_a", 0), ("spin_b", 0), ("solo", 1)];
+    for (name, cpu) in threads {
+        let (named, lines) = (named.clone(), lines.clone());
+        let (start_fd, park_fd) = (start[0], park[0]);
+        std::thread::spawn(move || {
+            name_thread(name);
+            pin_to(cpu);
+            named.lock().unwrap().push(format!("thread {name} {}", gettid()));
+            let mut b = [0u8; 1];
+            // SAFETY: blocking reads of our own pipes into a local buffer.
+            unsafe { libc::read(start_fd, b.as_mut_ptr().cast(), 1) };
+            let start = monotonic_ns();
+            while monotonic_ns() - start < secs * 1_000_000_000 {
+                std::hint::spin_loop();
+            }
+            let end = monotonic_ns();
+            lines.lock().unwrap().push(format!("thread {name} {} {start} {end}", gettid()));
+            // SAFETY: as above; blocks for good.
+            unsafe { libc::read(park_fd, b.as_mut_ptr().cast(), 1) };
+        });
+    }
+    let wait_for = |v: &Arc<Mutex<Vec<String>>>| {
+        while v.lock().unwrap().len() < threads.len() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        for l in v.lock().unwrap().iter() {
+            println!("{l}");
+        }
+    };
+    wait_for(&named);
+    println!("named");
+    let mut b = [0u8; 1];
+    // SAFETY: reading one byte of stdin, writing three into our own pipe.
+    unsafe {
+        libc::read(0, b.as_mut_ptr().cast(), 1);
+        libc::write(start[1], b"xyz".as_ptr().cast(), 3);
+    }
+    wait_for(&lines);
+    println!("parked");
+    // SAFETY: reading one byte into a local buffer.
+    unsafe { libc::read(0, b.as_mut_ptr().cast(), 1) };
+}
+
+/// Mode blocked: see the usage.
+fn blocked() {
+    use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+    use std::time::Duration;
+    static WAIT_WORD: AtomicU32 = AtomicU32::new(0);
+    let mut pipe = [-1; 2];
+    let mut sock = [-1; 2];
+    // SAFETY: into our own arrays.
+    unsafe {
+        libc::pipe(pipe.as_mut_ptr());
+        libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sock.as_mut_ptr());
+    }
+    let tids = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
+    let spawn = |name: &'static str, body: Box<dyn FnOnce() -> u64 + Send>| {
+        let tids = tids.clone();
+        let spawned = monotonic_ns();
+        std::thread::spawn(move || {
+            name_thread(name);
+            let start = monotonic_ns();
+            tids.lock().unwrap().insert(name, gettid());
+            let blocked_ns = body();
+            let end = monotonic_ns();
+            format!("thread {name} {} {start} {end} {blocked_ns} {spawned}", gettid())
+        })
+    };
+    let timed = |f: &dyn Fn()| {
+        let t = monotonic_ns();
+        f();
+        monotonic_ns() - t
+    };
+    let (pipe_r, sock_r) = (pipe[0], sock[0]);
+    let handles = vec![
+        spawn(
+            "sleeper",
+            Box::new(move || {
+                (0..4)
+                    .map(|_| {
+                        timed(&|| {
+                            let ts = libc::timespec { tv_sec: 0, tv_nsec: 500_000_000 };
+                            // SAFETY: a plain nanosleep.
+                            unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+                        })
+                    })
+                    .sum()
+            }),
+        ),
+        spawn(
+            "waiter",
+            Box::new(move || {
+                timed(&|| {
+                    while WAIT_WORD.load(SeqCst) == 0 {
+                        // SAFETY: a futex wait on our own static word.
+                        unsafe { futex(WAIT_WORD.as_ptr(), libc::FUTEX_WAIT | PRIVATE, 0, std::ptr::null()) };
+                    }
+                })
+            }),
+        ),
+        spawn(
+            "piper",
+            Box::new(move || {
+                // SAFETY: a read of our own pipe into a local buffer.
+                timed(&|| unsafe {
+                    let mut b = [0u8; 1];
+                    libc::read(pipe_r, b.as_mut_ptr().cast(), 1);
+                })
+            }),
+        ),
+        spawn(
+            "socker",
+            Box::new(move || {
+                // SAFETY: a read of our own socket into a local buffer.
+                timed(&|| unsafe {
+                    let mut b = [0u8; 1];
+                    libc::read(sock_r, b.as_mut_ptr().cast(), 1);
+                })
+            }),
+        ),
+    ];
+    // Each waker acts a known time after its thread is blocked in its call.
+    let blocked_in = {
+        let tids = tids.clone();
+        move |name: &str, nr: i64| loop {
+            if let Some(&tid) = tids.lock().unwrap().get(name) {
+                if in_syscall(tid, nr) {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    let wakers = vec![
+        std::thread::spawn({
+            let blocked_in = blocked_in.clone();
+            move || {
+                blocked_in("waiter", libc::SYS_futex);
+                std::thread::sleep(Duration::from_millis(1500));
+                WAIT_WORD.store(1, SeqCst);
+                // SAFETY: waking our own static word.
+                unsafe { futex(WAIT_WORD.as_ptr(), libc::FUTEX_WAKE | PRIVATE, 1, std::ptr::null()) };
+            }
+        }),
+        std::thread::spawn({
+            let blocked_in = blocked_in.clone();
+            let fd = pipe[1];
+            move || {
+                blocked_in("piper", libc::SYS_read);
+                std::thread::sleep(Duration::from_millis(1000));
+                // SAFETY: one byte into our own pipe.
+                unsafe { libc::write(fd, b"x".as_ptr().cast(), 1) };
+            }
+        }),
+        std::thread::spawn({
+            let fd = sock[1];
+            move || {
+                blocked_in("socker", libc::SYS_read);
+                std::thread::sleep(Duration::from_millis(1000));
+                // SAFETY: one byte into our own socket.
+                unsafe { libc::write(fd, b"x".as_ptr().cast(), 1) };
+            }
+        }),
+    ];
+    for h in handles {
+        println!("{}", h.join().unwrap_or_else(|_| die("a thread panicked")));
+    }
+    for w in wakers {
+        let _ = w.join();
+    }
+    println!("done");
+}
+
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let own_name =
@@ -225,7 +460,10 @@ fn main() {
         "rename" => (0, 0, num(2), 0),
         "move" => (0, 0, num(1), 0),
         "names" => (0, 0, num(2), 0),
-        "exact" | "idle" | "io" | "fdreuse" | "fdexec" | "fdexec-after" | "reopen" => (0, 0, 0, 0),
+        "exact" | "idle" | "io" | "fdreuse" | "fdexec" | "fdexec-after" | "reopen" | "blocked" => {
+            (0, 0, 0, 0)
+        }
+        "cpu" => (0, 0, num(1), 0),
         other => die(&format!("unknown mode {other}")),
     };
     let io_path = CString::new(args.get(1).cloned().unwrap_or_default()).unwrap_or_else(|_| die("bad path"));
@@ -571,6 +809,8 @@ fn main() {
             }
         },
         "stall" => stall(args.get(1).map(String::as_str).unwrap_or(""), wait_ms),
+        "cpu" => cpu(reads),
+        "blocked" => blocked(),
         _ => {}
     }
     let _ = (threads, forks, reads);

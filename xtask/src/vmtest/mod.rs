@@ -75,6 +75,10 @@
 //!   of stopping (bpftool).
 //! - workloads: units, pods and containers named from real cgroups, with
 //!   exact counts, a process moving between cgroups.
+//! - threads: where threads' time goes against the kernel's schedstat and
+//!   known blocks (the task state's field and the saved registers are
+//!   found differently by kernel: `state` before 5.14, bpf_task_pt_regs
+//!   from 5.15).
 //! - kernels: the variant follows the features the kernel accepts (all
 //!   fallbacks on 5.10), a kernel reporting 2.6 still attaches, and each
 //!   fallback forced alone counts exactly where it is not the kernel's own.
@@ -168,6 +172,13 @@ const PLAN: &[(&str, &[&str])] = &[
     ),
     ("cli", &["missing_privileges_are_one_clear_line", "every_way_of_stopping_detaches_everything"]),
     ("workloads", &["units_pods_and_containers_are_named_with_exact_counts"]),
+    (
+        "threads",
+        &[
+            "on_cpu_and_runqueue_time_are_the_kernels_own",
+            "blocked_time_goes_to_its_cause_and_states_add_up_to_a_life",
+        ],
+    ),
     (
         "kernels",
         &[
