@@ -268,7 +268,10 @@ type Done = (&'static str, Duration, Result<()>, PathBuf);
 
 impl Beside {
     fn start(tasks: &[(&'static str, &'static [&'static str])]) -> Result<Self> {
-        let exe = std::env::current_exe().context("the xtask binary's path")?;
+        // This very binary, through /proc: `cargo build --workspace` has
+        // rebuilt target/debug/xtask since it started (the file it ran
+        // from is gone), and its inode lives as long as this process.
+        let exe = PathBuf::from(format!("/proc/{}/exe", std::process::id()));
         let logs = root().join("target/xtask-logs");
         std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
         let tasks = tasks.to_vec();

@@ -315,18 +315,24 @@ fn blocked() {
         libc::pipe(pipe.as_mut_ptr());
         libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, sock.as_mut_ptr());
     }
-    let tids = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
+    // Each thread blocks in its one call and nowhere else (no lock, no
+    // allocation), so that what it measures around the call is all its
+    // block: its tid goes to an atomic, its line is written by main.
+    static TIDS: [AtomicU32; 4] =
+        [AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0)];
+    const NAMES: [&str; 4] = ["sleeper", "waiter", "piper", "socker"];
     let spawn = |name: &'static str, body: Box<dyn FnOnce() -> u64 + Send>| {
-        let tids = tids.clone();
         let spawned = monotonic_ns();
-        std::thread::spawn(move || {
+        let slot = NAMES.iter().position(|n| *n == name).unwrap_or_else(|| die("unknown thread"));
+        let handle = std::thread::spawn(move || {
             name_thread(name);
             let start = monotonic_ns();
-            tids.lock().unwrap().insert(name, gettid());
+            TIDS[slot].store(gettid(), SeqCst);
             let blocked_ns = body();
             let end = monotonic_ns();
-            format!("thread {name} {} {start} {end} {blocked_ns} {spawned}", gettid())
-        })
+            (start, end, blocked_ns)
+        });
+        (name, slot, spawned, handle)
     };
     let timed = |f: &dyn Fn()| {
         let t = monotonic_ns();
@@ -382,20 +388,18 @@ fn blocked() {
         ),
     ];
     // Each waker acts a known time after its thread is blocked in its call.
-    let blocked_in = {
-        let tids = tids.clone();
-        move |name: &str, nr: i64| loop {
-            if let Some(&tid) = tids.lock().unwrap().get(name) {
-                if in_syscall(tid, nr) {
-                    return;
-                }
+    let blocked_in = move |name: &str, nr: i64| {
+        let slot = NAMES.iter().position(|n| *n == name).unwrap_or_else(|| die("unknown thread"));
+        loop {
+            let tid = TIDS[slot].load(SeqCst);
+            if tid != 0 && in_syscall(tid, nr) {
+                return;
             }
             std::thread::sleep(Duration::from_millis(1));
         }
     };
     let wakers = vec![
         std::thread::spawn({
-            let blocked_in = blocked_in.clone();
             move || {
                 blocked_in("waiter", libc::SYS_futex);
                 std::thread::sleep(Duration::from_millis(1500));
@@ -405,7 +409,6 @@ fn blocked() {
             }
         }),
         std::thread::spawn({
-            let blocked_in = blocked_in.clone();
             let fd = pipe[1];
             move || {
                 blocked_in("piper", libc::SYS_read);
@@ -424,8 +427,9 @@ fn blocked() {
             }
         }),
     ];
-    for h in handles {
-        println!("{}", h.join().unwrap_or_else(|_| die("a thread panicked")));
+    for (name, slot, spawned, h) in handles {
+        let (start, end, blocked_ns) = h.join().unwrap_or_else(|_| die("a thread panicked"));
+        println!("thread {name} {} {start} {end} {blocked_ns} {spawned}", TIDS[slot].load(SeqCst));
     }
     for w in wakers {
         let _ = w.join();
