@@ -195,22 +195,22 @@ impl Probe {
     /// Threads with entry state, where that is a hash keyed by thread id
     /// (None with task storage, which the kernel frees with each task).
     pub fn thread_state_entries(&self) -> Option<usize> {
-        if self.variant.task_storage {
-            return None;
-        }
-        let map: HashMap<&MapData, u32, ThreadState> =
-            HashMap::try_from(self.ebpf.map(maps::THREAD_STATES)?).ok()?;
-        Some(map.keys().filter(Result::is_ok).count())
+        self.per_thread_entries::<ThreadState>(maps::THREAD_STATES)
     }
 
     /// Threads with a scheduler clock, where that is a hash keyed by
     /// thread id (None with task storage).
     pub fn thread_clock_entries(&self) -> Option<usize> {
+        self.per_thread_entries::<ThreadClock>(maps::THREAD_CLOCKS)
+    }
+
+    /// Entries of a per-thread map of value `V`: a hash keyed by thread id
+    /// with entry_state=thread_map, task storage (None) otherwise.
+    fn per_thread_entries<V: aya::Pod>(&self, name: &str) -> Option<usize> {
         if self.variant.task_storage {
             return None;
         }
-        let map: HashMap<&MapData, u32, ThreadClock> =
-            HashMap::try_from(self.ebpf.map(maps::THREAD_CLOCKS)?).ok()?;
+        let map: HashMap<&MapData, u32, V> = HashMap::try_from(self.ebpf.map(name)?).ok()?;
         Some(map.keys().filter(Result::is_ok).count())
     }
 
