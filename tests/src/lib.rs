@@ -558,6 +558,12 @@ impl Workload {
         self.wait_blocked_in_read();
     }
 
+    /// Sends one go byte and returns at once (the workload runs on).
+    pub fn signal(&mut self) {
+        let stdin = self.stdin.as_mut().expect("stdin");
+        stdin.write_all(b"g").and_then(|_| stdin.flush()).expect("go");
+    }
+
     /// Lets it run until it prints the line `last`: the lines it printed
     /// before it (it goes on running).
     pub fn go_until(&mut self, last: &str) -> Vec<String> {

@@ -374,7 +374,8 @@ fn no_event_lost(m: &Metrics) {
 
 /// Both stand-ins, whole-host, inside the noise mix at `load` times its
 /// default rates: the faulty one's five problems exactly, nothing for the
-/// healthy one, nothing of the mix. Run once: a lost event fails it with
+/// healthy one, nothing of the mix (cpu_starved included: its shells
+/// wait for their children, not for a CPU). Run once: a lost event fails it with
 /// the figures (no count can be exact then); the ring buffer is sized for
 /// the mix at ten times its rates (64 MiB: a debug build of the daemon
 /// draining a whole host).
@@ -384,7 +385,9 @@ fn busy_node(test: &str, load: f64) {
     }
     let _alone = WHOLE_HOST.lock().unwrap_or_else(|e| e.into_inner());
     let started = Instant::now();
-    let d = Daemon::start(&["--stall-threshold", "300ms", "--ringbuf-size", "64MiB"]);
+    // cpu_starved over 3 s windows: several of them in the mix's life.
+    let d =
+        Daemon::start(&["--stall-threshold", "300ms", "--ringbuf-size", "64MiB", "--starved-window", "3s"]);
     let noise = NoiseMix::start(load, &format!("{}-", unique_name("nz")));
     let (fdir, hdir) =
         (std::env::temp_dir().join(unique_name("bsf")), std::env::temp_dir().join(unique_name("bsh")));

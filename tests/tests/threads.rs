@@ -244,3 +244,142 @@ fn blocked_time_goes_to_its_cause_and_states_add_up_to_a_life() {
         );
     }
 }
+
+/// `sp-workload spin`: a process named `name` whose main thread spins on
+/// a CPU (`cpu`, or any) for `secs` s once started.
+fn spinner(name: &str, cpu: Option<usize>, secs: u64) -> Workload {
+    let cpu = cpu.map_or("any".to_string(), |c| c.to_string());
+    Workload::start(Some(name), &["spin", &cpu, &secs.to_string()])
+}
+
+/// Lets a spinner finish: it said "done".
+fn spun(w: Workload) {
+    let (status, out) = w.go_output();
+    assert!(status.success() && out.trim() == "done", "{status}: {out}");
+}
+
+/// The cpu_starved finding of process name `comm`, once there (or panics
+/// with the findings there are).
+fn starved_of(d: &Daemon, comm: &str) -> serde_json::Value {
+    let is = |f: &serde_json::Value| f["kind"] == "cpu_starved" && f["comm"] == comm;
+    let found = d.findings_when(|f| f.iter().any(is));
+    found.iter().find(|f| is(f)).cloned().unwrap_or_else(|| panic!("no cpu_starved of {comm}: {found:#?}"))
+}
+
+/// (on CPU, run queue) of a process's main thread, from the kernel.
+fn main_schedstat(pid: u32) -> (f64, f64) {
+    schedstat(pid, pid)
+}
+
+/// Two spinning processes pinned to one CPU: each waits for it about half
+/// of its time, a cpu_starved finding with cause node_busy naming the other
+/// as the busiest; the kernel's run_delay gives the same share. A third
+/// spinning alone on the other CPU is no finding.
+#[test]
+fn cpu_starved_finds_a_shared_cpu_and_names_who_used_it() {
+    if !privileged("cpu_starved_finds_a_shared_cpu_and_names_who_used_it") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("skipped: needs 2 CPUs");
+        return;
+    }
+    let (a, b, c) = (unique_name("spsa"), unique_name("spsb"), unique_name("spsc"));
+    let d = Daemon::start(&["--comm", &a, "--comm", &b, "--comm", &c, "--starved-window", "3s"]);
+    let mut spin = [spinner(&a, Some(0), 6), spinner(&b, Some(0), 6), spinner(&c, Some(1), 6)];
+    let before: Vec<(f64, f64)> = spin.iter().map(|s| main_schedstat(s.pid())).collect();
+    for s in &mut spin {
+        s.signal();
+    }
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let f = starved_of(&d, &a);
+    let after = main_schedstat(spin[0].pid());
+    let kernel_share = (after.1 - before[0].1) / ((after.0 - before[0].0) + (after.1 - before[0].1));
+    let share = f["runqueue_share"].as_f64().unwrap();
+    assert_eq!(f["cause"], "node_busy", "{f:#}");
+    assert_eq!(f["thread"], a.as_str(), "{f:#}");
+    assert_eq!(f["pid"], spin[0].pid(), "{f:#}");
+    // The largest share of a 3 s window, against the kernel's over the run
+    // so far: about a half each.
+    assert!((0.35..=0.7).contains(&share), "share {share}: {f:#}");
+    assert!((share - kernel_share).abs() <= 0.15, "share {share}, kernel's {kernel_share:.3}: {f:#}");
+    let busiest = f["busiest"].as_array().unwrap();
+    assert_eq!(busiest[0]["comm"], b.as_str(), "the other spinner on its CPU: {f:#}");
+    let b_cpu = busiest[0]["cpu_seconds"].as_f64().unwrap();
+    assert!((1.0..=2.0).contains(&b_cpu), "{b} used about half of the 3 s window: {f:#}");
+    let all = d.findings();
+    assert!(
+        !all.iter().any(|f| f["kind"] == "cpu_starved" && f["comm"] == c.as_str()),
+        "{c} had its CPU to itself: {all:#?}"
+    );
+    let m = d.metrics();
+    let counted = m.sum("sonic_probe_cpu_starved_seconds_total", &[("comm", &a), ("thread", &a)]);
+    assert!(counted >= 0.9, "{a}'s starved run-queue time counted: {counted}");
+    for s in spin {
+        spun(s);
+    }
+}
+
+/// A spinning process alone under a CPU limit of 0.2 CPUs (cgroup v2
+/// cpu.max, or where the CPU controller is on cgroup v1, the same path's
+/// cpu.cfs_quota_us): waiting for a CPU about 80 % of its time, cause
+/// throttled with the limit, and no more throttled time than the cgroup's
+/// own cpu.stat counted.
+#[test]
+fn cpu_starved_says_when_a_cpu_limit_throttles() {
+    if !privileged("cpu_starved_says_when_a_cpu_limit_throttles") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mount = sonic_probe_tests::cgroup2_mount().expect("a cgroup2 mount");
+    let name = unique_name("spthr");
+    let v2 = mount.join(&name);
+    std::fs::create_dir(&v2).unwrap();
+    let mut made = vec![v2.clone()];
+    let controllers = std::fs::read_to_string(mount.join("cgroup.controllers")).unwrap_or_default();
+    let (limited, stat_key) = if controllers.split_whitespace().any(|c| c == "cpu") {
+        std::fs::write(mount.join("cgroup.subtree_control"), "+cpu").expect("enable the cpu controller");
+        std::fs::write(v2.join("cpu.max"), "20000 100000").unwrap();
+        (v2.clone(), "throttled_usec")
+    } else {
+        let v1 = std::path::Path::new("/sys/fs/cgroup/cpu").join(&name);
+        std::fs::create_dir(&v1).expect("the cgroup v1 cpu hierarchy");
+        made.insert(0, v1.clone());
+        std::fs::write(v1.join("cpu.cfs_period_us"), "100000").unwrap();
+        std::fs::write(v1.join("cpu.cfs_quota_us"), "20000").unwrap();
+        (v1, "throttled_time")
+    };
+    let _remove = sonic_probe_tests::RemoveCgroups(made);
+    let throttled_s = || {
+        let s = std::fs::read_to_string(limited.join("cpu.stat")).unwrap();
+        let v: f64 =
+            s.lines().find_map(|l| l.strip_prefix(&format!("{stat_key} "))).unwrap().parse().unwrap();
+        if stat_key == "throttled_usec" {
+            v / 1e6
+        } else {
+            v / 1e9
+        }
+    };
+    let d = Daemon::start(&["--comm", &name, "--starved-window", "3s"]);
+    let mut s = spinner(&name, None, 6);
+    std::fs::write(v2.join("cgroup.procs"), s.pid().to_string()).unwrap();
+    if limited != v2 {
+        std::fs::write(limited.join("cgroup.procs"), s.pid().to_string()).unwrap();
+    }
+    let before = throttled_s();
+    s.signal();
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let f = starved_of(&d, &name);
+    let kernel = throttled_s() - before;
+    assert_eq!(f["cause"], "throttled", "{f:#}");
+    assert_eq!(f["cpu_limit_cores"], 0.2, "{f:#}");
+    let share = f["runqueue_share"].as_f64().unwrap();
+    assert!((0.6..=0.9).contains(&share), "0.2 CPUs of one wanted: {f:#}");
+    let ours = f["throttled_seconds"].as_f64().unwrap();
+    assert!(
+        ours > 0.5 && ours <= kernel + 0.01,
+        "throttled {ours} s in the window, the cgroup's {kernel:.3} s: {f:#}"
+    );
+    spun(s);
+}

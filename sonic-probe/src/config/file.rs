@@ -113,6 +113,8 @@ mod tests {
             small_read_min_count = 16
             churn_window = "30s"
             churn_cycles = 3
+            starved_share = 0.3
+            starved_window = "20s"
             ignore_path = ["/tmp/*"]
             findings_window = "1h"
             max_findings = 50

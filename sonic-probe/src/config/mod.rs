@@ -16,7 +16,7 @@ use std::{net::SocketAddr, time::Duration};
 use crate::{
     config::options::{flag, RunArgs},
     error::{Error, Result},
-    findings::{futex_stall, mmap_churn, repeated_open, small_reads, Settings},
+    findings::{cpu_starved, futex_stall, mmap_churn, repeated_open, small_reads, Settings},
     probe::targets::Targets,
 };
 
@@ -189,6 +189,27 @@ fn findings_settings(a: &RunArgs) -> Result<Settings> {
             window: positive(&flag!(churn_window), given(a.churn_window))?,
             cycles: at_least_one(&flag!(churn_cycles), given(a.churn_cycles))?,
         },
+        cpu_starved: cpu_starved::Settings {
+            share: match given(a.starved_share) {
+                s if s > 0.0 && s <= 1.0 => s,
+                s => {
+                    return Err(Error::usage(format!(
+                        "{} {s}: must be above 0 and at most 1",
+                        flag!(starved_share)
+                    )))
+                }
+            },
+            window: match given(a.starved_window) {
+                w if w >= Duration::from_secs(1) => w,
+                w => {
+                    return Err(Error::usage(format!(
+                        "{} {}: must be at least 1s",
+                        flag!(starved_window),
+                        humantime::format_duration(w)
+                    )))
+                }
+            },
+        },
         ignore_paths: {
             let mut p = crate::findings::default_ignore_paths();
             p.extend(patterns(&flag!(ignore_path), &a.ignore_path)?);
@@ -310,6 +331,9 @@ mod tests {
             &["--stall-thread", "[x"][..],
             &["--repeated-open-count", "0"],
             &["--churn-cycles", "0"],
+            &["--starved-share", "0"],
+            &["--starved-share", "1.5"],
+            &["--starved-window", "500ms"],
             &["--stall-threshold", "0s"],
             &["--max-findings", "0"],
             &["--large-map-threshold", "0"],

@@ -339,6 +339,19 @@ run_options! {
     #[arg(long, value_name = "N")]
     churn_cycles: Option<u64> = 2;
 
+    /// A request thread (as for --stall-thread) that spent at least this
+    /// share of its time over --starved-window runnable but waiting for a
+    /// CPU is a cpu_starved finding: a number above 0, at most 1.
+    #[arg(long, value_name = "SHARE")]
+    starved_share: Option<f64> = 0.2;
+
+    /// Window of --starved-share: the run-queue share is of the last this
+    /// long (at least 1s; findings come at the earliest this long after a
+    /// thread starts).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(deserialize_with = "duration")]
+    starved_window: Option<Duration> = "10s";
+
     /// Paths (globs) never reported by repeated_open, small_reads and, as
     /// failing openat paths, syscall_errors; added to the defaults
     /// (/proc/*, /sys/*, /dev/*, /etc/ld.so.cache, *.so, *.so.*,

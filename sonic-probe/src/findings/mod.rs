@@ -31,6 +31,7 @@
 //! Times inside are CLOCK_MONOTONIC nanoseconds (the events' clock); they
 //! become RFC 3339 wall-clock times only on the way out.
 
+pub mod cpu_starved;
 pub mod files;
 pub mod futex_stall;
 pub mod merge;
@@ -176,6 +177,16 @@ pub trait Detector: Send {
     /// at `last_ns`; `cgroup` as [`Input::cgroup`].
     fn reopened(&mut self, _file: &KnownFile, _opens: u64, _last_ns: u64, _cgroup: u64, _ev: &mut Evictions) {
     }
+    /// The daemon's sweep read the scheduler programs' totals
+    /// (cpu_starved's input; see [`crate::threads::ThreadSample`]).
+    fn thread_times(
+        &mut self,
+        _now_ns: u64,
+        _samples: &[crate::threads::ThreadSample],
+        _facts: &mut dyn cpu_starved::ThreadFacts,
+        _incarnation: &mut cpu_starved::Incarnations<'_>,
+    ) {
+    }
     /// A process exited: its working state can go (its findings stay).
     fn exited(&mut self, _incarnation: u64) {}
     /// New thresholds and windows (SIGHUP): state and findings are kept.
@@ -288,6 +299,7 @@ detectors! {
     SmallReads(small_reads),
     MmapChurn(mmap_churn),
     SyscallErrors(syscall_errors),
+    CpuStarved(cpu_starved),
 }
 
 /// Thresholds and windows of every detector (flags; documented in README):
@@ -302,6 +314,7 @@ pub struct Settings {
     pub repeated_open: repeated_open::Settings,
     pub small_reads: small_reads::Settings,
     pub mmap_churn: mmap_churn::Settings,
+    pub cpu_starved: cpu_starved::Settings,
     /// Paths never reported by repeated_open, small_reads and (as failing
     /// openat paths) syscall_errors.
     pub ignore_paths: Vec<glob::Pattern>,
@@ -437,6 +450,20 @@ fn live_files<'f>(files: &'f FileTable, live: &[(u32, u32, OpenFile)]) -> Vec<Li
 /// Processes whose incarnation is remembered (live ones, in practice).
 const MAX_INCARNATIONS: usize = 65536;
 
+/// The incarnation of process `tgid`, a new one if it has none.
+fn incarnation_of(incarnations: &mut HashMap<u32, u64>, next: &mut u64, tgid: u32) -> u64 {
+    if let Some(&i) = incarnations.get(&tgid) {
+        return i;
+    }
+    if incarnations.len() >= MAX_INCARNATIONS {
+        incarnations.clear();
+    }
+    let i = *next;
+    *next += 1;
+    incarnations.insert(tgid, i);
+    i
+}
+
 impl Engine {
     /// An engine whose detectors share nothing with the daemon (no stack
     /// captures).
@@ -457,16 +484,7 @@ impl Engine {
     }
 
     fn incarnation(&mut self, tgid: u32) -> u64 {
-        if let Some(&i) = self.incarnations.get(&tgid) {
-            return i;
-        }
-        if self.incarnations.len() >= MAX_INCARNATIONS {
-            self.incarnations.clear();
-        }
-        let i = self.next_incarnation;
-        self.next_incarnation += 1;
-        self.incarnations.insert(tgid, i);
-        i
+        incarnation_of(&mut self.incarnations, &mut self.next_incarnation, tgid)
     }
 
     pub fn observe(&mut self, event: &Event) {
@@ -521,6 +539,20 @@ impl Engine {
         }
     }
 
+    /// The sweep read the scheduler programs' totals at `now_ns`.
+    pub fn thread_times(
+        &mut self,
+        now_ns: u64,
+        samples: &[crate::threads::ThreadSample],
+        facts: &mut dyn cpu_starved::ThreadFacts,
+    ) {
+        let Engine { detectors, incarnations, next_incarnation, .. } = self;
+        let mut incarnation = |tgid: u32| incarnation_of(incarnations, next_incarnation, tgid);
+        for d in detectors.iter_mut() {
+            d.thread_times(now_ns, samples, facts, &mut incarnation);
+        }
+    }
+
     /// Whether the table knows kernel reopens entries of process `tgid`.
     pub fn has_reopened(&self, tgid: u32) -> bool {
         self.files.has_reopened(tgid)
@@ -562,7 +594,7 @@ impl Engine {
         for d in &self.detectors {
             let first = records.len();
             d.findings(now_ns, &live_files, &mut records);
-            for r in &mut records[first..] {
+            for r in records[first..].iter_mut().filter(|r| r.cgroup == 0) {
                 r.cgroup = self.cgroups.get(&r.incarnation).copied().unwrap_or(0);
             }
             counts.push(d.counts(&records[first..]));

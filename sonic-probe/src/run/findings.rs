@@ -7,7 +7,8 @@
 //! event, the opens the kernel counted without sending them are its
 //! reopens counts.
 //!
-//! Lock order, everywhere: open files, then engine; reopens, then engine.
+//! Lock order, everywhere: open files, then engine; reopens, then engine;
+//! engine, then workloads.
 
 use std::{
     collections::HashMap,
@@ -24,6 +25,8 @@ use crate::{
     metrics::probe::SweptMaps,
     os::{monotonic_ns, procfs},
     probe::{OpenFiles, ReopenCounts},
+    run::thread_facts::HostFacts,
+    threads::ThreadTimeStore,
     workloads::Workloads,
 };
 
@@ -38,6 +41,10 @@ pub struct FindingsService {
     stale: Arc<Mutex<HashMap<u32, Option<u64>>>>,
     /// Names the findings' cgroups (lock order: engine, then workloads).
     workloads: Arc<Mutex<Workloads>>,
+    /// cpu_starved's processes found by earlier /proc walks.
+    starved_pids: Arc<Mutex<HashMap<(u64, String), u32>>>,
+    /// The cgroup v1 `cpu` hierarchy, where the CPU controller is there.
+    cpu_v1: Option<std::path::PathBuf>,
 }
 
 fn is_regular(mode: u16) -> bool {
@@ -68,6 +75,8 @@ impl FindingsService {
             reopens: reopens.map(|r| Arc::new(Mutex::new(r))),
             stale: Arc::new(Mutex::new(HashMap::new())),
             workloads,
+            starved_pids: Arc::new(Mutex::new(HashMap::new())),
+            cpu_v1: super::thread_facts::cpu_v1_mount(),
         }
     }
 
@@ -147,6 +156,17 @@ impl FindingsService {
             engine.forget_files(tgid);
         }
         engine.prune(now, &live_files(kept));
+    }
+
+    /// The daemon's one-second tick, with the scheduler programs on: their
+    /// totals reach the detectors (cpu_starved), before the sweep prunes.
+    pub fn sweep_thread_times(&self, store: &ThreadTimeStore) {
+        let samples = store.samples();
+        let now = monotonic_ns();
+        let mut known = self.starved_pids.lock().expect("starved pids lock");
+        let mut facts =
+            HostFacts { workloads: &self.workloads, known: &mut known, cpu_v1: self.cpu_v1.as_deref() };
+        self.engine.lock().expect("engine lock").thread_times(now, &samples, &mut facts);
     }
 
     /// The opens the kernel's reopens entries counted that the detectors

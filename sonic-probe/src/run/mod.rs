@@ -11,6 +11,7 @@ pub mod capabilities;
 mod check_config;
 mod findings;
 mod reload;
+mod thread_facts;
 
 pub use check_config::check_config;
 use findings::FindingsService;
@@ -244,7 +245,7 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
         Arc::new(findings.clone()),
         config.targets.is_whole_host(),
     )
-    .with_threads(threads);
+    .with_threads(threads.clone());
     registry.register(Box::new(collector)).context("cannot register the metrics")?;
     registry
         .register(Box::new(
@@ -261,7 +262,7 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     registry
         .register(Box::new(ProcessCollector::for_self()))
         .context("cannot register the process metrics")?;
-    let sweeper = tokio::spawn(sweep_periodically(findings.clone()));
+    let sweeper = tokio::spawn(sweep_periodically(findings.clone(), threads));
 
     http_state.set_ready();
     let comm_note = if config.targets.comms.is_empty() {
@@ -332,13 +333,20 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
 /// exec'd or exited.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
-async fn sweep_periodically(findings: FindingsService) {
+async fn sweep_periodically(findings: FindingsService, threads: Option<Arc<ThreadTimeStore>>) {
     let mut tick = tokio::time::interval(SWEEP_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         let f = findings.clone();
-        let _ = tokio::task::spawn_blocking(move || f.sweep()).await;
+        let t = threads.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Some(t) = &t {
+                f.sweep_thread_times(t);
+            }
+            f.sweep()
+        })
+        .await;
     }
 }
 

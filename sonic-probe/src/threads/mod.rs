@@ -40,6 +40,19 @@ pub struct ThreadWho {
 /// share the labels.
 pub type StateNs = [u64; NR_THREAD_STATES as usize];
 
+/// One (workload, process name, thread name) as the scheduler programs
+/// total it: nanoseconds per state since its slot was taken.
+#[derive(Debug, Clone)]
+pub struct ThreadSample {
+    pub cgroup: u64,
+    pub comm: String,
+    pub thread: String,
+    pub ns: StateNs,
+    /// On each CPU: [on CPU, waiting for it] (a waiting thread's time is
+    /// added on the CPU that ran it next: the one it waited for).
+    pub per_cpu: Vec<[u64; 2]>,
+}
+
 /// Bounded values of the `thread` label: per comm label, the first `max`
 /// thread names keep their own label for the daemon's lifetime; later ones
 /// are "other". Memory is bounded by the kernel's slots (each distinct
@@ -163,6 +176,36 @@ impl ThreadTimeStore {
     /// Slots taken (thread_time_index entries).
     pub fn slots_in_use(&self) -> usize {
         self.maps.index.keys().filter(|k| k.is_ok()).count()
+    }
+
+    /// Every slot in use as the cpu_starved detector takes them (raw names
+    /// and cgroup ids, and on each CPU the time on it and waiting for it;
+    /// the overflow slot has no name).
+    pub fn samples(&self) -> Vec<ThreadSample> {
+        use sonic_probe_common::{THREAD_ON_CPU, THREAD_RUNQUEUE};
+        let zero = ThreadTimeKey { cgroup: 0, comm: [0; 16], thread: [0; 16] };
+        let slots = std::iter::once((zero, 0))
+            .chain(self.maps.index.iter().filter_map(|r| r.ok()).filter(|(_, slot)| *slot != 0));
+        slots
+            .filter_map(|(k, slot)| {
+                let vals = self.maps.slots.get(&slot, 0).ok()?;
+                let mut ns = [0; NR_THREAD_STATES as usize];
+                let mut per_cpu = Vec::with_capacity(vals.len());
+                for v in vals.iter() {
+                    for (s, x) in ns.iter_mut().zip(v.ns.iter()) {
+                        *s += x;
+                    }
+                    per_cpu.push([v.ns[THREAD_ON_CPU as usize], v.ns[THREAD_RUNQUEUE as usize]]);
+                }
+                Some(ThreadSample {
+                    cgroup: k.cgroup,
+                    comm: comm_str(&k.comm).to_string(),
+                    thread: comm_str(&k.thread).to_string(),
+                    ns,
+                    per_cpu,
+                })
+            })
+            .collect()
     }
 
     pub fn snapshot(&self) -> BTreeMap<ThreadWho, StateNs> {

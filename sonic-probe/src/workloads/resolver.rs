@@ -327,6 +327,22 @@ impl Workloads {
         }
     }
 
+    /// The directory of cgroup `id` in the cgroup v2 hierarchy (None:
+    /// workloads off, or not found by this generation's walk).
+    pub fn cgroup_dir(&mut self, id: u64) -> Option<PathBuf> {
+        let generation = self.generation;
+        let paths = self.paths.as_mut()?;
+        let rel = paths.path(id, generation).ok()?;
+        Some(paths.mount.join(rel.trim_start_matches('/')))
+    }
+
+    /// The path of cgroup `id` relative to the hierarchy's root ("/..."),
+    /// as /proc/PID/cgroup writes it.
+    pub fn cgroup_path(&mut self, id: u64) -> Option<String> {
+        let generation = self.generation;
+        self.paths.as_mut()?.path(id, generation).ok()
+    }
+
     /// The label value of calls counted in an overflow entry (map full).
     pub fn other(&self) -> Arc<str> {
         self.other.clone()

@@ -44,6 +44,10 @@
 //!                              s, prints "thread NAME TID START_NS END_NS"
 //!                              (CLOCK_MONOTONIC) and blocks again; then
 //!                              "parked", and it exits at the next byte
+//!   spin CPU SECS              the main thread, pinned to CPU (a number,
+//!                              or "any" for no pinning), spins SECS s
+//!                              after the go signal, prints "done" and
+//!                              waits for one more byte before it exits
 //!   blocked                    threads blocked for known times, each in
 //!                              one kind of call: sleeper (nanosleep 4 x
 //!                              0.5 s), waiter (a futex wait woken 1.5 s
@@ -222,6 +226,18 @@ fn monotonic_ns() -> u64 {
     // SAFETY: writing into a local timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Spins on the CPU for `ms` ms, says "done" and waits for a last byte.
+fn spin(ms: u64) {
+    let start = monotonic_ns();
+    while monotonic_ns() - start < ms * 1_000_000 {
+        std::hint::spin_loop();
+    }
+    println!("done");
+    let mut b = [0u8; 1];
+    // SAFETY: reading one byte into a local buffer.
+    unsafe { libc::read(0, b.as_mut_ptr().cast(), 1) };
 }
 
 /// Names the calling thread.
@@ -468,6 +484,12 @@ fn main() {
             (0, 0, 0, 0)
         }
         "cpu" => (0, 0, num(1), 0),
+        "spin" => {
+            if args.get(1).map(String::as_str) != Some("any") {
+                pin_to(num(1) as usize);
+            }
+            (0, 0, 0, num(2) * 1000)
+        }
         other => die(&format!("unknown mode {other}")),
     };
     let io_path = CString::new(args.get(1).cloned().unwrap_or_default()).unwrap_or_else(|_| die("bad path"));
@@ -814,6 +836,7 @@ fn main() {
         },
         "stall" => stall(args.get(1).map(String::as_str).unwrap_or(""), wait_ms),
         "cpu" => cpu(reads),
+        "spin" => spin(wait_ms),
         "blocked" => blocked(),
         _ => {}
     }

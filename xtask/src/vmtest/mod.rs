@@ -177,6 +177,7 @@ const PLAN: &[(&str, &[&str])] = &[
         &[
             "on_cpu_and_runqueue_time_are_the_kernels_own",
             "blocked_time_goes_to_its_cause_and_states_add_up_to_a_life",
+            "cpu_starved_says_when_a_cpu_limit_throttles",
         ],
     ),
     (
