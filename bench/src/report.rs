@@ -10,7 +10,7 @@ use anyhow::Result;
 
 use crate::{
     calls::{kernel_iterations, kernel_repeats, traced_per_iteration, KernelSample, CALLS},
-    daemon::{CpuSample, CPU_RATE, CPU_TARGET_PCT, MEMORY_TARGET_MIB},
+    daemon::{noise_table, CpuSample, CPU_RATE, CPU_TARGET_PCT, MEMORY_TARGET_MIB},
     harness::Bench,
     rounds::{Extra, KernelSamples, Samples},
     statistics::{bootstrap, interval_text, median, median_at, ratio_text, stats},
@@ -410,6 +410,8 @@ pub(crate) fn report(
              MiB {}).",
             if rss <= MEMORY_TARGET_MIB as f64 { "✓" } else { "✗" }
         );
+        let noise: Vec<_> = extra.cpu.iter().map(|c| c.noise).collect();
+        let _ = write!(out, "{}", noise_table(&noise));
     }
     // The ratio of two tracers' added costs (each minus none), medians over
     // the rounds, with its bootstrap interval; n/a when the denominator is

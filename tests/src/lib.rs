@@ -5,6 +5,7 @@
 //! Without it they print why and skip, unless SONIC_PROBE_REQUIRE_PRIVILEGED
 //! is set (CI and `cargo xtask test` set it): then a missing privilege fails.
 
+pub mod slow_fs;
 pub mod tls;
 pub mod workload;
 

@@ -195,8 +195,9 @@ fn on_cpu_and_runqueue_time_are_the_kernels_own() {
 }
 
 /// Threads blocked for known times, each in one kind of call: the time
-/// goes to that cause (sleep, futex, pipe, socket), and each thread's
-/// states add up to its life.
+/// goes to that cause (sleep, futex, pipe, socket, and file: preads of a
+/// FUSE filesystem of the test's own whose reads take a known time), and
+/// each thread's states add up to its life.
 #[test]
 fn blocked_time_goes_to_its_cause_and_states_add_up_to_a_life() {
     if !privileged("blocked_time_goes_to_its_cause_and_states_add_up_to_a_life") {
@@ -204,22 +205,52 @@ fn blocked_time_goes_to_its_cause_and_states_add_up_to_a_life() {
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let comm = unique_name("spb");
-    let w = Workload::start(Some(&comm), &["blocked"]);
+    // The slow filesystem where the kernel has FUSE (in the qemu guests,
+    // the module the initramfs carries).
+    let fuse = sonic_probe_tests::slow_fs::kernel_has_fuse();
+    let dir = std::env::temp_dir().join(&comm);
+    let mut args = vec!["blocked".to_string()];
+    if fuse {
+        std::fs::create_dir_all(&dir).unwrap();
+        args.push(dir.display().to_string());
+    } else {
+        eprintln!("the file state is not tested here: this kernel has no FUSE (/proc/filesystems)");
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let w = Workload::start(Some(&comm), &args);
     let d = Daemon::start(&["--pid", &w.pid().to_string()]);
     let (status, out) = w.go_output();
+    let left_mounted = fuse
+        && std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.split_whitespace().nth(4) == Some(&*dir.to_string_lossy()));
+    if left_mounted {
+        let c = std::ffi::CString::new(dir.to_string_lossy().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+    let _ = std::fs::remove_dir(&dir);
     assert!(status.success(), "{out}");
+    assert!(!left_mounted, "the workload left its filesystem mounted at {}", dir.display());
     let lines: Vec<String> = out.lines().map(str::to_string).collect();
     let threads = thread_lines(&lines);
-    assert_eq!(threads.len(), 4, "{out}");
-    let m = d.metrics();
-    for (name, state, known) in [
+    assert_eq!(threads.len(), if fuse { 5 } else { 4 }, "{out}");
+    let mut known = vec![
         ("sleeper", "sleep", 2.0),
         ("waiter", "futex", 1.5),
         ("piper", "pipe", 1.0),
         ("socker", "socket", 1.0),
-    ] {
+    ];
+    if fuse {
+        // 4 preads, each answered 0.25 s after the filesystem got it.
+        known.push(("filer", "file", 1.0));
+    }
+    let m = d.metrics();
+    for (name, state, known) in known {
         let t = threads.iter().find(|t| t.name == name).expect(name);
         let ours = state_s(&m, &comm, name, state);
+        eprintln!("{name}: {state} {ours:.4} s (known {known} s, measured {:.4} s)", t.blocked_s);
         // The workload's known number: 4 x 0.5 s of nanosleep, a wake 1.5
         // s (1 s) after the waker saw the thread blocked (how long after
         // it blocked that was, the thread's own measurement below bounds).
@@ -321,11 +352,13 @@ fn cpu_starved_finds_a_shared_cpu_and_names_who_used_it() {
     }
 }
 
-/// A spinning process alone under a CPU limit of 0.2 CPUs (cgroup v2
-/// cpu.max, or where the CPU controller is on cgroup v1, the same path's
-/// cpu.cfs_quota_us): waiting for a CPU about 80 % of its time, cause
-/// throttled with the limit, and no more throttled time than the cgroup's
-/// own cpu.stat counted.
+/// A spinning process alone under a CPU limit of 0.2 CPUs set on its
+/// cgroup's parent (cgroup v2 cpu.max, or where the CPU controller is on
+/// cgroup v1, the same path's cpu.cfs_quota_us), as a pod's limit is over
+/// its containers: waiting for a CPU about 80 % of its time, cause
+/// throttled with the limit, and no more throttled time than the limited
+/// cgroup's own cpu.stat counted; sonic_probe_cpu_throttled_seconds_total
+/// names the parent and says what its cpu.stat says.
 #[test]
 fn cpu_starved_says_when_a_cpu_limit_throttles() {
     if !privileged("cpu_starved_says_when_a_cpu_limit_throttles") {
@@ -334,21 +367,21 @@ fn cpu_starved_says_when_a_cpu_limit_throttles() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mount = sonic_probe_tests::cgroup2_mount().expect("a cgroup2 mount");
     let name = unique_name("spthr");
-    let v2 = mount.join(&name);
-    std::fs::create_dir(&v2).unwrap();
-    let mut made = vec![v2.clone()];
+    let (v2, v2_child) = (mount.join(&name), mount.join(&name).join("ctr"));
+    std::fs::create_dir_all(&v2_child).unwrap();
+    let mut made = vec![v2_child.clone(), v2.clone()];
     let controllers = std::fs::read_to_string(mount.join("cgroup.controllers")).unwrap_or_default();
-    let (limited, stat_key) = if controllers.split_whitespace().any(|c| c == "cpu") {
+    let (limited, child, stat_key) = if controllers.split_whitespace().any(|c| c == "cpu") {
         std::fs::write(mount.join("cgroup.subtree_control"), "+cpu").expect("enable the cpu controller");
         std::fs::write(v2.join("cpu.max"), "20000 100000").unwrap();
-        (v2.clone(), "throttled_usec")
+        (v2.clone(), v2_child.clone(), "throttled_usec")
     } else {
         let v1 = std::path::Path::new("/sys/fs/cgroup/cpu").join(&name);
-        std::fs::create_dir(&v1).expect("the cgroup v1 cpu hierarchy");
-        made.insert(0, v1.clone());
+        std::fs::create_dir_all(v1.join("ctr")).expect("the cgroup v1 cpu hierarchy");
+        made.splice(0..0, [v1.join("ctr"), v1.clone()]);
         std::fs::write(v1.join("cpu.cfs_period_us"), "100000").unwrap();
         std::fs::write(v1.join("cpu.cfs_quota_us"), "20000").unwrap();
-        (v1, "throttled_time")
+        (v1.clone(), v1.join("ctr"), "throttled_time")
     };
     let _remove = sonic_probe_tests::RemoveCgroups(made);
     let throttled_s = || {
@@ -363,9 +396,9 @@ fn cpu_starved_says_when_a_cpu_limit_throttles() {
     };
     let d = Daemon::start(&["--comm", &name, "--starved-window", "3s"]);
     let mut s = spinner(&name, None, 6);
-    std::fs::write(v2.join("cgroup.procs"), s.pid().to_string()).unwrap();
-    if limited != v2 {
-        std::fs::write(limited.join("cgroup.procs"), s.pid().to_string()).unwrap();
+    std::fs::write(v2_child.join("cgroup.procs"), s.pid().to_string()).unwrap();
+    if child != v2_child {
+        std::fs::write(child.join("cgroup.procs"), s.pid().to_string()).unwrap();
     }
     let before = throttled_s();
     s.signal();
@@ -381,5 +414,19 @@ fn cpu_starved_says_when_a_cpu_limit_throttles() {
         ours > 0.5 && ours <= kernel + 0.01,
         "throttled {ours} s in the window, the cgroup's {kernel:.3} s: {f:#}"
     );
+    // The metric: the limited cgroup (the parent), its count since it was
+    // made, between two reads of its cpu.stat around the scrape.
+    let cgroup = format!("/{name}");
+    let low = throttled_s();
+    let m = d.metrics();
+    let high = throttled_s();
+    let labels = [("cgroup", cgroup.as_str())];
+    let exported = m.get("sonic_probe_cpu_throttled_seconds_total", &labels);
+    assert!(
+        exported.is_some_and(|v| v >= low - 1e-6 && v <= high + 1e-6),
+        "exported {exported:?} s, cpu.stat {low:.6}-{high:.6} s"
+    );
+    assert_eq!(m.get("sonic_probe_cpu_limit_cores", &labels), Some(0.2));
+    assert_eq!(m.sum("sonic_probe_cpu_limit_cores", &[]), 0.2, "no other limited cgroup for {name}");
     spun(s);
 }

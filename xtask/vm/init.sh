@@ -32,6 +32,10 @@ ip link set lo up
 echo 5 >/proc/sys/kernel/printk
 
 echo "SONIC-VMTEST-KERNEL $(uname -r)"
+# FUSE, a module in some of these kernels, for the tests' slow filesystem.
+if [ -f "/lib/modules/$(uname -r)/fuse.ko" ]; then
+    insmod "/lib/modules/$(uname -r)/fuse.ko" || echo "SONIC-VMTEST-WARNING cannot load fuse.ko"
+fi
 [ -e /sys/kernel/btf/vmlinux ] || echo "SONIC-VMTEST-WARNING no /sys/kernel/btf/vmlinux"
 
 export SONIC_PROBE_BIN=/vmtest/target/sonic-probe SONIC_PROBE_REQUIRE_PRIVILEGED=1 RUST_BACKTRACE=1

@@ -35,7 +35,7 @@ use super::{
 };
 use crate::{
     metrics::family::{def, Fold, MetricDef},
-    os::futex::is_request_thread,
+    os::{cgroup_cpu::CpuThrottle, futex::is_request_thread},
     stats::labels::OTHER,
     threads::{StateNs, ThreadSample},
 };
@@ -66,23 +66,14 @@ const MAX_TRACKS: usize = 8192;
 /// may miss it.
 const MAX_CPU_ENTRIES: usize = 262_144;
 
-/// A cgroup's CPU limit and throttling, as its cpu.stat and cpu.max (or
-/// cgroup v1's cpu.cfs_quota_us) say.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct CpuThrottle {
-    /// The limit in CPUs (quota / period); None: no limit.
-    pub limit_cores: Option<f64>,
-    /// Time its threads were throttled, since the cgroup was made.
-    pub throttled_ns: u64,
-}
-
 /// What the detector asks the daemon (procfs and cgroupfs; unit tests
 /// answer from tables).
 pub trait ThreadFacts {
     /// A running process named `comm` in cgroup `cgroup` that started
     /// before `before_ns` (CLOCK_MONOTONIC): its pid.
     fn process(&mut self, cgroup: u64, comm: &str, before_ns: u64) -> Option<u32>;
-    /// The CPU throttling of cgroup `cgroup`, if its CPU controller says.
+    /// The CPU limit over cgroup `cgroup` (its own or its nearest limited
+    /// ancestor's) and its throttled time; None: no limit.
     fn throttle(&mut self, cgroup: u64) -> Option<CpuThrottle>;
     /// The `workload` label value of cgroup `cgroup`.
     fn workload(&mut self, cgroup: u64) -> String;

@@ -1,9 +1,10 @@
 //! What the operating system says, in the words strace and operators use:
-//! errno and futex operation names, the little read from /proc and /sys,
-//! the signals that end a command, and the clock the kernel's events are
-//! timed by. Leaves: they import nothing of the daemon, and every room
+//! errno and futex operation names, the little read from /proc and /sys
+//! (a cgroup's CPU limit among it), the signals that end a command, and
+//! the clock the kernel's events are timed by. Leaves: they import nothing of the daemon, and every room
 //! above may use them.
 
+pub mod cgroup_cpu;
 pub mod errno;
 pub mod futex;
 pub mod procfs;

@@ -43,8 +43,6 @@ pub struct FindingsService {
     workloads: Arc<Mutex<Workloads>>,
     /// cpu_starved's processes found by earlier /proc walks.
     starved_pids: Arc<Mutex<HashMap<(u64, String), u32>>>,
-    /// The cgroup v1 `cpu` hierarchy, where the CPU controller is there.
-    cpu_v1: Option<std::path::PathBuf>,
 }
 
 fn is_regular(mode: u16) -> bool {
@@ -76,7 +74,6 @@ impl FindingsService {
             stale: Arc::new(Mutex::new(HashMap::new())),
             workloads,
             starved_pids: Arc::new(Mutex::new(HashMap::new())),
-            cpu_v1: super::thread_facts::cpu_v1_mount(),
         }
     }
 
@@ -164,8 +161,7 @@ impl FindingsService {
         let samples = store.samples();
         let now = monotonic_ns();
         let mut known = self.starved_pids.lock().expect("starved pids lock");
-        let mut facts =
-            HostFacts { workloads: &self.workloads, known: &mut known, cpu_v1: self.cpu_v1.as_deref() };
+        let mut facts = HostFacts { workloads: &self.workloads, known: &mut known, store };
         self.engine.lock().expect("engine lock").thread_times(now, &samples, &mut facts);
     }
 

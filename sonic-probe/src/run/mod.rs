@@ -42,7 +42,7 @@ use crate::{
     error::Result,
     events::{self, reader::ReaderStats, Event, ProcessKind},
     metrics::{findings::FindingsCollector, probe::ProbeCollector},
-    os::signals::ShutdownSignals,
+    os::{cgroup_cpu::CpuLimits, signals::ShutdownSignals},
     probe::{Probe, ProbeConfigBuilder},
     stacks::capture::{CaptureStore, Capturer},
     stats::labels::CommLabels,
@@ -232,7 +232,8 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     let store = Arc::new(Mutex::new(StatsStore::new(aggregates, labels.clone(), workloads.clone())));
     let threads = config.thread_time.then(|| {
         let aggregator = ThreadAggregator::new(labels.clone(), workloads.clone(), config.max_thread_names);
-        Arc::new(ThreadTimeStore::new(thread_times, aggregator))
+        let limits = CpuLimits::host(workloads.lock().expect("workloads lock").cgroup2_mount());
+        Arc::new(ThreadTimeStore::new(thread_times, aggregator, limits))
     });
     let targets = Arc::new(Mutex::new(targets));
     let collector = ProbeCollector::new(

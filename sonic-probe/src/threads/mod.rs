@@ -10,6 +10,10 @@
 //! bounded per process name by --max-thread-names (further names are
 //! thread="other", counted in [`ThreadNames::folded`]). Slot 0, where the
 //! kernel counts what found no slot, is comm="other" thread="other".
+//!
+//! Beside the states, the CPU limit over each watched thread's cgroup
+//! ([`ThreadTimeStore::limits`], os::cgroup_cpu): its throttled time tells
+//! a run queue a limit made from one a busy node made.
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -19,6 +23,7 @@ use std::{
 use sonic_probe_common::{comm_str, ThreadTimeKey, ThreadTimes, NR_THREAD_STATES};
 
 use crate::{
+    os::cgroup_cpu::{CpuLimits, Limiting},
     probe::ThreadTimeMaps,
     stats::labels::{CommLabels, OTHER},
     workloads::Workloads,
@@ -98,7 +103,7 @@ impl ThreadNames {
 /// Groups the kernel's entries (already summed over CPUs) by label.
 pub struct ThreadAggregator {
     comms: Arc<Mutex<CommLabels>>,
-    workloads: Arc<Mutex<Workloads>>,
+    pub workloads: Arc<Mutex<Workloads>>,
     names: Mutex<ThreadNames>,
 }
 
@@ -142,11 +147,52 @@ impl ThreadAggregator {
 pub struct ThreadTimeStore {
     maps: ThreadTimeMaps,
     pub aggregator: ThreadAggregator,
+    limits: Mutex<CpuLimits>,
+}
+
+/// The CPU limit over some watched threads, once per (workload, limited
+/// cgroup).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkloadLimit {
+    pub workload: Arc<str>,
+    pub limit: Limiting,
 }
 
 impl ThreadTimeStore {
-    pub fn new(maps: ThreadTimeMaps, aggregator: ThreadAggregator) -> Self {
-        ThreadTimeStore { maps, aggregator }
+    pub fn new(maps: ThreadTimeMaps, aggregator: ThreadAggregator, limits: CpuLimits) -> Self {
+        ThreadTimeStore { maps, aggregator, limits: Mutex::new(limits) }
+    }
+
+    /// The CPU limit over cgroup id `cgroup` (its own or its nearest
+    /// limited ancestor's), with its throttled time now.
+    pub fn limiting(&self, cgroup: u64) -> Option<Limiting> {
+        if cgroup == 0 {
+            return None;
+        }
+        let path = self.aggregator.workloads.lock().expect("workloads lock").cgroup_path(cgroup)?;
+        self.limits.lock().expect("cpu limits lock").limiting(&path)
+    }
+
+    /// The CPU limits over the cgroups of the threads with slots, each
+    /// limited cgroup once per workload label (two cgroups of one workload
+    /// under one limit are one series).
+    pub fn limits(&self) -> Vec<WorkloadLimit> {
+        let mut cgroups: Vec<u64> =
+            self.maps.index.keys().filter_map(|k| k.ok()).map(|k| k.cgroup).filter(|&c| c != 0).collect();
+        cgroups.sort_unstable();
+        cgroups.dedup();
+        let named: Vec<(Arc<str>, String)> = {
+            let mut w = self.aggregator.workloads.lock().expect("workloads lock");
+            cgroups.into_iter().filter_map(|c| Some((w.label(c), w.cgroup_path(c)?))).collect()
+        };
+        let mut limits = self.limits.lock().expect("cpu limits lock");
+        let mut out: Vec<WorkloadLimit> = named
+            .into_iter()
+            .filter_map(|(workload, path)| Some(WorkloadLimit { workload, limit: limits.limiting(&path)? }))
+            .collect();
+        out.sort_by(|a, b| (&a.workload, &a.limit.cgroup).cmp(&(&b.workload, &b.limit.cgroup)));
+        out.dedup_by(|a, b| a.workload == b.workload && a.limit.cgroup == b.limit.cgroup);
+        out
     }
 
     /// Every slot in use (the overflow slot 0 with an all-zero key), summed

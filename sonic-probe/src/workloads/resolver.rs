@@ -336,6 +336,11 @@ impl Workloads {
         Some(paths.mount.join(rel.trim_start_matches('/')))
     }
 
+    /// Where the cgroup v2 hierarchy is mounted (None: workloads off).
+    pub fn cgroup2_mount(&self) -> Option<PathBuf> {
+        self.paths.as_ref().map(|p| p.mount.clone())
+    }
+
     /// The path of cgroup `id` relative to the hierarchy's root ("/..."),
     /// as /proc/PID/cgroup writes it.
     pub fn cgroup_path(&mut self, id: u64) -> Option<String> {

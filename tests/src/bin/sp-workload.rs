@@ -48,12 +48,15 @@
 //!                              or "any" for no pinning), spins SECS s
 //!                              after the go signal, prints "done" and
 //!                              waits for one more byte before it exits
-//!   blocked                    threads blocked for known times, each in
+//!   blocked [DIR]              threads blocked for known times, each in
 //!                              one kind of call: sleeper (nanosleep 4 x
 //!                              0.5 s), waiter (a futex wait woken 1.5 s
 //!                              after it blocked), piper (a pipe read
 //!                              written 1 s after), socker (a read of a
-//!                              unix socket written 1 s after); each
+//!                              unix socket written 1 s after) and, with
+//!                              DIR (`blocked DIR`), filer (4 preads of a
+//!                              file of a FUSE filesystem mounted at DIR
+//!                              whose reads take 0.25 s each); each
 //!                              prints "thread NAME TID START_NS END_NS
 //!                              BLOCKED_NS SPAWN_NS" (its life, the time it
 //!                              measured around its blocking calls, when
@@ -65,7 +68,10 @@
 
 use std::ffi::CString;
 
-use sonic_probe_tests::workload::{exact, fdexec, fdreuse, io, reopen};
+use sonic_probe_tests::{
+    slow_fs,
+    workload::{exact, fdexec, fdreuse, io, reopen},
+};
 
 static mut BUF: [u8; 4096] = [0; 4096];
 
@@ -319,8 +325,13 @@ fn cpu(secs: u64) {
     unsafe { libc::read(0, b.as_mut_ptr().cast(), 1) };
 }
 
+/// Reads of the slow file by filer, and how long the filesystem takes
+/// for each.
+const SLOW_READS: u64 = 4;
+const SLOW_READ_MS: u64 = 250;
+
 /// Mode blocked: see the usage.
-fn blocked() {
+fn blocked(slow_file: Option<(fuser::BackgroundSession, std::fs::File)>) {
     use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
     use std::time::Duration;
     static WAIT_WORD: AtomicU32 = AtomicU32::new(0);
@@ -334,9 +345,9 @@ fn blocked() {
     // Each thread blocks in its one call and nowhere else (no lock, no
     // allocation), so that what it measures around the call is all its
     // block: its tid goes to an atomic, its line is written by main.
-    static TIDS: [AtomicU32; 4] =
-        [AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0)];
-    const NAMES: [&str; 4] = ["sleeper", "waiter", "piper", "socker"];
+    static TIDS: [AtomicU32; 5] =
+        [AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0)];
+    const NAMES: [&str; 5] = ["sleeper", "waiter", "piper", "socker", "filer"];
     let spawn = |name: &'static str, body: Box<dyn FnOnce() -> u64 + Send>| {
         let spawned = monotonic_ns();
         let slot = NAMES.iter().position(|n| *n == name).unwrap_or_else(|| die("unknown thread"));
@@ -356,7 +367,11 @@ fn blocked() {
         monotonic_ns() - t
     };
     let (pipe_r, sock_r) = (pipe[0], sock[0]);
-    let handles = vec![
+    let (session, slow_fd) = match &slow_file {
+        Some((s, f)) => (Some(s), std::os::fd::AsRawFd::as_raw_fd(f)),
+        None => (None, -1),
+    };
+    let mut handles = vec![
         spawn(
             "sleeper",
             Box::new(move || {
@@ -403,6 +418,20 @@ fn blocked() {
             }),
         ),
     ];
+    if session.is_some() {
+        handles.push(spawn(
+            "filer",
+            Box::new(move || {
+                // SAFETY: reads of our own descriptor into a local buffer.
+                timed(&|| unsafe {
+                    let mut b = [0u8; 4096];
+                    for i in 0..SLOW_READS {
+                        libc::pread(slow_fd, b.as_mut_ptr().cast(), b.len(), (i * 4096) as i64);
+                    }
+                })
+            }),
+        ));
+    }
     // Each waker acts a known time after its thread is blocked in its call.
     let blocked_in = move |name: &str, nr: i64| {
         let slot = NAMES.iter().position(|n| *n == name).unwrap_or_else(|| die("unknown thread"));
@@ -449,6 +478,11 @@ fn blocked() {
     }
     for w in wakers {
         let _ = w.join();
+    }
+    // Unmounted (the file closed first: a busy mount stays) before "done".
+    if let Some((session, file)) = slow_file {
+        drop(file);
+        drop(session);
     }
     println!("done");
 }
@@ -570,6 +604,19 @@ fn main() {
             libc::_exit(0);
         }
     }
+
+    // blocked DIR: the slow filesystem mounted at DIR, the file opened
+    // (lookup and open answered at once; its reads are the slow part).
+    let slow_file = if mode == "blocked" && args.len() > 1 {
+        let dir = std::path::PathBuf::from(&args[1]);
+        let session = slow_fs::mount(&dir, std::time::Duration::from_millis(SLOW_READ_MS))
+            .unwrap_or_else(|e| die(&format!("mounting the slow filesystem at {}: {e}", dir.display())));
+        let file = std::fs::File::open(dir.join(slow_fs::FILE))
+            .unwrap_or_else(|e| die(&format!("opening the slow file: {e}")));
+        Some((session, file))
+    } else {
+        None
+    };
 
     println!("ready");
     let mut go = [0u8; 1];
@@ -837,7 +884,7 @@ fn main() {
         "stall" => stall(args.get(1).map(String::as_str).unwrap_or(""), wait_ms),
         "cpu" => cpu(reads),
         "spin" => spin(wait_ms),
-        "blocked" => blocked(),
+        "blocked" => blocked(slow_file),
         _ => {}
     }
     let _ = (threads, forks, reads);

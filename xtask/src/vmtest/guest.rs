@@ -526,6 +526,7 @@ mod tests {
             package: "linux-image-6.1.0-57-cloud-amd64".into(),
             vmlinuz: PathBuf::new(),
             config: PathBuf::new(),
+            fuse_module: None,
         };
         let plan = [("core", vec!["a", "b"])];
         o.judge(&plan, &kernel)

@@ -84,6 +84,10 @@ pub fn write(
     for k in kernels {
         let name = k.config.file_name().and_then(|n| n.to_str()).context("a kernel config's name")?;
         cpio.bytes(&format!("boot/{name}"), 0o644, &std::fs::read(&k.config)?)?;
+        // And its FUSE module, which /init loads (kernel::FUSE_MODULE).
+        if let Some(m) = &k.fuse_module {
+            cpio.copy(&format!("lib/modules/{}/fuse.ko", k.release()?), m)?;
+        }
     }
 
     cpio.copy("vmtest/target/sonic-probe", &bins.daemon)?;

@@ -51,6 +51,12 @@ pub const KERNEL_CONFIG: &[&str] = &[
     "CONFIG_INET",
 ];
 
+/// The one module the guest loads (init.sh's insmod): FUSE, a module in
+/// Debian's 5.10 and 6.1 cloud kernels (built into 6.12's), for the tests'
+/// slow filesystem (tests/src/slow_fs.rs: the `file` state of a read that
+/// really blocks). Kept uncompressed in the cache as modules/fuse.ko.
+pub const FUSE_MODULE: &str = "kernel/fs/fuse/fuse.ko";
+
 /// Which Debian archive a suite is in.
 #[derive(Debug, Clone, Copy)]
 enum Archive {
@@ -175,6 +181,20 @@ pub struct Kernel {
     pub vmlinuz: PathBuf,
     /// boot/config-RELEASE
     pub config: PathBuf,
+    /// modules/fuse.ko, its FUSE module (see [`FUSE_MODULE`]; None: FUSE
+    /// is built in).
+    pub fuse_module: Option<PathBuf>,
+}
+
+impl Kernel {
+    /// Its release (uname -r), from boot/config-RELEASE.
+    pub fn release(&self) -> Result<&str> {
+        self.config
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("config-"))
+            .context("a kernel config's name")
+    }
 }
 
 /// The kernel of `spec`: the package its release's metapackage names,
@@ -183,14 +203,23 @@ pub fn fetch(spec: &'static Spec, mirror: &Mirror) -> Result<Kernel> {
     let apt = Apt::new(spec, mirror)?;
     let package = apt.kernel_package()?;
     let cache = dir().join("kernel").join(&package);
-    if boot_file(&cache, "vmlinuz-")?.is_some() {
+    let module = cache.join("modules/fuse.ko");
+    let fuse_built_in = |cache: &Path| -> Result<bool> {
+        Ok(match boot_file(cache, "config-")? {
+            Some(c) => std::fs::read_to_string(c)?.lines().any(|l| l == "CONFIG_FUSE_FS=y"),
+            None => false,
+        })
+    };
+    // (A cache from before the module was kept is downloaded again.)
+    if boot_file(&cache, "vmlinuz-")?.is_some() && (module.exists() || fuse_built_in(&cache)?) {
         eprintln!("vmtest: {} kernel {package} (cached in {})", spec.version, cache.display());
     } else {
         download(&apt, &package, &cache)?;
     }
     let config = check_config(&cache)?;
     let vmlinuz = boot_file(&cache, "vmlinuz-")?.context("the kernel package has no boot/vmlinuz-*")?;
-    Ok(Kernel { spec, package, vmlinuz, config })
+    let fuse_module = (!fuse_built_in(&cache)?).then_some(module);
+    Ok(Kernel { spec, package, vmlinuz, config, fuse_module })
 }
 
 /// apt with a private configuration, lists and cache.
@@ -329,7 +358,8 @@ fn machine_network_settings() -> String {
         .collect()
 }
 
-/// apt-get download, dpkg-deb -x, and boot/ kept in `cache`.
+/// apt-get download, dpkg-deb -x, and boot/ and the FUSE module kept in
+/// `cache`.
 fn download(apt: &Apt, package: &str, cache: &Path) -> Result<()> {
     let tmp = dir().join("kernel/.download");
     if tmp.exists() {
@@ -353,7 +383,45 @@ fn download(apt: &Apt, package: &str, cache: &Path) -> Result<()> {
         .with_context(|| format!("apt-get download left no .deb in {}", tmp.display()))?;
     let unpacked = tmp.join("root");
     crate::sh("dpkg-deb", &["-x", path_str(&deb)?, path_str(&unpacked)?], &[])?;
-    // Only boot/ is kept: no module is needed (see KERNEL_CONFIG).
+    // Only boot/ and FUSE's module are kept (see KERNEL_CONFIG and
+    // FUSE_MODULE).
+    let modules = unpacked.join("lib/modules");
+    let release = std::fs::read_dir(&modules)
+        .with_context(|| format!("the package has no {}", modules.display()))?
+        .filter_map(|e| e.ok())
+        .next()
+        .context("the package's lib/modules is empty")?
+        .path();
+    let fuse = release.join(FUSE_MODULE);
+    std::fs::create_dir_all(cache.join("modules"))?;
+    let kept = cache.join("modules/fuse.ko");
+    let config = std::fs::read_dir(unpacked.join("boot"))?
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_name().to_string_lossy().starts_with("config-"))
+        .context("the package has no boot/config-*")?;
+    if std::fs::read_to_string(config.path())?.lines().any(|l| l == "CONFIG_FUSE_FS=y") {
+        // Built in: nothing to load.
+    } else if fuse.exists() {
+        std::fs::copy(&fuse, &kept).with_context(|| format!("cannot copy {}", fuse.display()))?;
+    } else {
+        // Compressed (CONFIG_MODULE_COMPRESS_*): busybox's insmod takes it plain.
+        let (packed, tool) = [("xz", "xz"), ("zst", "zstd"), ("gz", "gzip")]
+            .iter()
+            .map(|(ext, tool)| (release.join(format!("{FUSE_MODULE}.{ext}")), *tool))
+            .find(|(p, _)| p.exists())
+            .with_context(|| {
+                format!("the package has no {} (.ko, .ko.xz, .ko.zst, .ko.gz)", fuse.display())
+            })?;
+        let out = Command::new(tool)
+            .arg("-dc")
+            .arg(&packed)
+            .output()
+            .with_context(|| format!("cannot run {tool} -dc {}", packed.display()))?;
+        if !out.status.success() {
+            bail!("{tool} -dc {} failed ({})", packed.display(), out.status);
+        }
+        std::fs::write(&kept, out.stdout)?;
+    }
     let boot = cache.join("boot");
     std::fs::create_dir_all(&boot)?;
     for entry in std::fs::read_dir(unpacked.join("boot")).context("the package has no boot/")? {
