@@ -257,86 +257,105 @@ fn test_phases(p: &mut Phases) -> Result<()> {
     // package's release build and the fuzz targets (30 s each), work that
     // asserts no timing, run beside the guests at the lowest priority and
     // take what CPU the guests leave.
-    let beside = Beside::start(&[("Debian package", &["package"]), ("fuzz", &["fuzz"])])?;
+    // Two chains side by side: the package's release build is the bench's
+    // too, so the bench's smoke pass (every tracer attaches and the report
+    // is written; no timing asserted: the full run is manual) follows it;
+    // the fuzz build, as long, goes alone. Each chain's serial parts
+    // (links, build scripts, the fuzzers' single-threaded runs) leave a CPU
+    // the other takes.
+    let beside = Beside::start(&[
+        &[("Debian package", &["package"]), ("bench --smoke", &["bench", "--smoke"])],
+        &[("fuzz", &["fuzz"])],
+    ])?;
     let vm = p.run("vmtest (5.10, 6.1, 6.12)", || vmtest::run(&["--kernel".to_string(), "all".to_string()]));
     let beside = beside.finish(p);
-    vm.and(beside)?;
-    // The benchmark's smoke pass (its release build mostly the package's):
-    // every tracer attaches and the report is written; nothing is asserted
-    // on timings (the full run is manual).
-    p.run("bench --smoke", || bench_task(&["--smoke".to_string()]))
+    vm.and(beside)
 }
 
-/// Tasks of this program run one after the other at nice 19 beside a
-/// foreground phase, each with its output in target/xtask-logs/TASK.log
-/// (printed when it is done, so that it does not interleave with the
-/// foreground's).
+/// Chains of tasks of this program, each chain one after the other and the
+/// chains side by side, at nice 19 beside a foreground phase, each task
+/// with its output in target/xtask-logs/TASK.log (printed when all are
+/// done, so that it does not interleave with the foreground's). A failed
+/// task ends its chain.
 struct Beside {
-    thread: std::thread::JoinHandle<Vec<Done>>,
+    chains: Vec<std::thread::JoinHandle<Vec<Done>>>,
 }
 
 /// A task run beside: its name, time, outcome and log.
 type Done = (&'static str, Duration, Result<()>, PathBuf);
 
+/// A task: its name in the report and the arguments of `cargo xtask`.
+type Task = (&'static str, &'static [&'static str]);
+
 impl Beside {
-    fn start(tasks: &[(&'static str, &'static [&'static str])]) -> Result<Self> {
+    fn start(chains: &[&[Task]]) -> Result<Self> {
         // This very binary, through /proc: `cargo build --workspace` has
         // rebuilt target/debug/xtask since it started (the file it ran
         // from is gone), and its inode lives as long as this process.
         let exe = PathBuf::from(format!("/proc/{}/exe", std::process::id()));
         let logs = root().join("target/xtask-logs");
         std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
-        let tasks = tasks.to_vec();
-        let thread = std::thread::spawn(move || {
-            let mut done = Vec::new();
-            for (name, args) in tasks {
-                let log = logs.join(format!("{}.log", args[0]));
-                let started = Instant::now();
-                let result = (|| -> Result<()> {
-                    let out = std::fs::File::create(&log)?;
-                    let status = Command::new("nice")
-                        .args(["-n", "19"])
-                        .arg(&exe)
-                        .args(args)
-                        .current_dir(root())
-                        .stdin(Stdio::null())
-                        .stdout(out.try_clone()?)
-                        .stderr(out)
-                        .status()
-                        .context("cannot run nice")?;
-                    if !status.success() {
-                        bail!("cargo xtask {} failed ({status}): see {}", args.join(" "), log.display());
+        let chains = chains
+            .iter()
+            .map(|tasks| {
+                let (tasks, exe, logs) = (tasks.to_vec(), exe.clone(), logs.clone());
+                std::thread::spawn(move || {
+                    let mut done = Vec::new();
+                    for (name, args) in tasks {
+                        let log = logs.join(format!("{}.log", args[0]));
+                        let started = Instant::now();
+                        let result = run_nice(&exe, args, &log);
+                        let failed = result.is_err();
+                        done.push((name, started.elapsed(), result, log));
+                        if failed {
+                            break;
+                        }
                     }
-                    Ok(())
-                })();
-                let failed = result.is_err();
-                done.push((name, started.elapsed(), result, log));
-                if failed {
-                    break;
-                }
-            }
-            done
-        });
-        Ok(Beside { thread })
+                    done
+                })
+            })
+            .collect();
+        Ok(Beside { chains })
     }
 
     /// Waits for the tasks, prints their output and enters their times.
     fn finish(self, p: &mut Phases) -> Result<()> {
-        let done = self.thread.join().map_err(|_| anyhow::anyhow!("the tasks' thread panicked"))?;
         let mut first_err = Ok(());
-        for (name, took, result, log) in done {
-            eprintln!("\n== {name} (beside vmtest, nice 19): {}", log.display());
-            match std::fs::read_to_string(&log) {
-                Ok(text) => eprint!("{text}"),
-                Err(e) => eprintln!("cannot read {}: {e}", log.display()),
-            }
-            p.done.push((name, took, result.is_ok()));
-            if first_err.is_ok() {
-                first_err = result;
+        for chain in self.chains {
+            let done = chain.join().map_err(|_| anyhow::anyhow!("a chain of tasks panicked"))?;
+            for (name, took, result, log) in done {
+                eprintln!("\n== {name} (beside vmtest, nice 19): {}", log.display());
+                match std::fs::read_to_string(&log) {
+                    Ok(text) => eprint!("{text}"),
+                    Err(e) => eprintln!("cannot read {}: {e}", log.display()),
+                }
+                p.done.push((name, took, result.is_ok()));
+                if first_err.is_ok() {
+                    first_err = result;
+                }
             }
         }
         first_err
     }
+}
+
+/// `exe ARGS` at nice 19, its output into `log`.
+fn run_nice(exe: &Path, args: &[&str], log: &Path) -> Result<()> {
+    let out = std::fs::File::create(log)?;
+    let status = Command::new("nice")
+        .args(["-n", "19"])
+        .arg(exe)
+        .args(args)
+        .current_dir(root())
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .status()
+        .context("cannot run nice")?;
+    if !status.success() {
+        bail!("cargo xtask {} failed ({status}): see {}", args.join(" "), log.display());
+    }
+    Ok(())
 }
 
 /// The Debian package, built and installed for real.
