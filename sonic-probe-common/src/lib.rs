@@ -12,6 +12,7 @@ pub mod cgen;
 pub mod comm;
 pub mod constants;
 pub mod file_classes;
+pub mod gpu_apis;
 pub mod header;
 pub mod layout;
 pub mod syscalls;

@@ -9,7 +9,8 @@
 //! The subsystems they are built of: [`probe`] (the BPF programs loaded,
 //! configured, attached; targets), [`events`] (the ring buffer decoded),
 //! [`stats`] (the kernel's counts read at scrape time), [`threads`] (where
-//! each watched thread's time goes, from the scheduler), [`findings`] (the
+//! each watched thread's time goes, from the scheduler), [`gpu`] (CUDA's
+//! waiting calls in the libraries processes map), [`findings`] (the
 //! detectors: events in, findings out), [`metrics`] (everything presented
 //! as Prometheus families), [`workloads`] (cgroup to unit, pod, container),
 //! [`stacks`] (a stalled process's Python and native stacks), [`web`] (the
@@ -29,6 +30,7 @@ pub mod dispatch;
 pub mod error;
 pub mod events;
 pub mod findings;
+pub mod gpu;
 pub mod logging;
 pub mod metrics;
 pub mod os;
