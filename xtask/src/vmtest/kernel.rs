@@ -204,12 +204,6 @@ pub fn fetch(spec: &'static Spec, mirror: &Mirror) -> Result<Kernel> {
     let package = apt.kernel_package()?;
     let cache = dir().join("kernel").join(&package);
     let module = cache.join("modules/fuse.ko");
-    let fuse_built_in = |cache: &Path| -> Result<bool> {
-        Ok(match boot_file(cache, "config-")? {
-            Some(c) => std::fs::read_to_string(c)?.lines().any(|l| l == "CONFIG_FUSE_FS=y"),
-            None => false,
-        })
-    };
     // (A cache from before the module was kept is downloaded again.)
     if boot_file(&cache, "vmlinuz-")?.is_some() && (module.exists() || fuse_built_in(&cache)?) {
         eprintln!("vmtest: {} kernel {package} (cached in {})", spec.version, cache.display());
@@ -395,11 +389,7 @@ fn download(apt: &Apt, package: &str, cache: &Path) -> Result<()> {
     let fuse = release.join(FUSE_MODULE);
     std::fs::create_dir_all(cache.join("modules"))?;
     let kept = cache.join("modules/fuse.ko");
-    let config = std::fs::read_dir(unpacked.join("boot"))?
-        .filter_map(|e| e.ok())
-        .find(|e| e.file_name().to_string_lossy().starts_with("config-"))
-        .context("the package has no boot/config-*")?;
-    if std::fs::read_to_string(config.path())?.lines().any(|l| l == "CONFIG_FUSE_FS=y") {
+    if fuse_built_in(&unpacked)? {
         // Built in: nothing to load.
     } else if fuse.exists() {
         std::fs::copy(&fuse, &kept).with_context(|| format!("cannot copy {}", fuse.display()))?;
@@ -431,6 +421,15 @@ fn download(apt: &Apt, package: &str, cache: &Path) -> Result<()> {
     }
     std::fs::remove_dir_all(&tmp)?;
     Ok(())
+}
+
+/// Whether the kernel under `tree` (a cache, or the unpacked package) has
+/// FUSE built in, by its boot/config-*.
+fn fuse_built_in(tree: &Path) -> Result<bool> {
+    Ok(match boot_file(tree, "config-")? {
+        Some(c) => std::fs::read_to_string(c)?.lines().any(|l| l == "CONFIG_FUSE_FS=y"),
+        None => false,
+    })
 }
 
 /// boot/<prefix>* in a cached kernel, if there.
