@@ -205,12 +205,15 @@ struct PerCpu {
 
 impl PerCpu {
     /// Adds a sweep's totals (their growth kept if `keep`); returns the
-    /// entries it added.
-    fn push(&mut self, t_ns: u64, totals: impl Iterator<Item = u64>, keep: bool) -> usize {
+    /// entries it added. A key's first totals are its baseline, unless
+    /// `new_slot`: its slot was made since the last sweep (the kernel's
+    /// slots are never freed), so all of them grew since then.
+    fn push(&mut self, t_ns: u64, totals: impl Iterator<Item = u64>, keep: bool, new_slot: bool) -> usize {
         let mut added = Vec::new();
         let mut last = Vec::new();
+        let first = self.last.is_empty();
         for (cpu, v) in totals.enumerate() {
-            let before = self.last.get(cpu).copied().unwrap_or(v);
+            let before = self.last.get(cpu).copied().unwrap_or(if first && new_slot { 0 } else { v });
             if v > before && keep {
                 added.push((cpu as u32, v - before));
             }
@@ -303,6 +306,8 @@ pub struct CpuStarved {
     busy: HashMap<(u64, String), PerCpu>,
     /// Entries in `busy`'s and the tracks' seconds.
     cpu_entries: usize,
+    /// A sweep was made before (so a key not in it has a new slot).
+    swept: bool,
     counts: Counts,
 }
 
@@ -329,6 +334,7 @@ impl CpuStarved {
             tracks: HashMap::new(),
             busy: HashMap::new(),
             cpu_entries: 0,
+            swept: false,
             counts: Counts::default(),
         }
     }
@@ -395,6 +401,11 @@ impl CpuStarved {
             keep
         });
         self.cpu_entries -= dropped;
+        // A key first seen after the first sweep got its slot since the
+        // last one: what it ran before this sweep is in the window (two
+        // processes started side by side, one a sweep after the other,
+        // would otherwise show the later one's first second missing).
+        let new_slot = std::mem::replace(&mut self.swept, true);
         for (k, totals) in on_cpu {
             if self.busy.len() >= MAX_TRACKS && !self.busy.contains_key(&k) {
                 continue;
@@ -402,7 +413,7 @@ impl CpuStarved {
             let room = self.cpu_entries + totals.len() <= MAX_CPU_ENTRIES;
             let p = self.busy.entry(k).or_default();
             self.cpu_entries -= p.trim(oldest);
-            self.cpu_entries += p.push(now_ns, totals.into_iter(), room);
+            self.cpu_entries += p.push(now_ns, totals.into_iter(), room, new_slot);
         }
 
         let mut starved = Vec::new();
@@ -423,7 +434,7 @@ impl CpuStarved {
             trim(&mut track.points, oldest, |p| p.t_ns);
             let room = self.cpu_entries + s.per_cpu.len() <= MAX_CPU_ENTRIES;
             self.cpu_entries -= track.waited.trim(oldest);
-            self.cpu_entries += track.waited.push(now_ns, s.per_cpu.iter().map(|c| c[1]), room);
+            self.cpu_entries += track.waited.push(now_ns, s.per_cpu.iter().map(|c| c[1]), room, new_slot);
             let first = track.points[0];
             let span = now_ns.saturating_sub(first.t_ns);
             let d = delta(&first.ns, &s.ns);
@@ -668,6 +679,54 @@ mod tests {
         assert!(x.describe().contains("waited for a CPU 50%"), "{}", x.describe());
         // Counted: the first window's 4.5 s, then 0.5 s a sweep.
         assert_eq!(d.counts.starved_ns.get("server", 1, "server".into()), 6 * SEC);
+    }
+
+    /// Two processes started side by side, the other's slot made a sweep
+    /// after the starved one's: its first second on the CPU is in the
+    /// window all the same (the CI run that had 0.99 s of 1.5).
+    #[test]
+    fn a_busy_process_first_seen_a_sweep_late_counts_its_first_second() {
+        let mut s = settings();
+        s.cpu_starved.window = std::time::Duration::from_secs(3);
+        let mut d = CpuStarved::new(&s);
+        let mut facts = Facts::default();
+        facts.processes.insert((1, "server".into()), (7, 0));
+        for i in 0..=3u64 {
+            let mut samples = vec![sample(
+                1,
+                "server",
+                "server",
+                &[(THREAD_RUNQUEUE, i * SEC / 2), (THREAD_ON_CPU, i * SEC / 2)],
+            )];
+            if i > 0 {
+                samples.push(sample(2, "enc", "enc", &[(THREAD_ON_CPU, i * SEC / 2)]));
+            }
+            d.sample(100 * SEC + i * SEC, &samples, &mut facts, &mut |pid| u64::from(pid) + 1000);
+        }
+        let f = found(&d, 103 * SEC);
+        let crate::findings::Detail::CpuStarved(x) = &f[0].detail else { panic!("{f:?}") };
+        assert_eq!(
+            x.busiest[0],
+            Busy { workload: "w2".into(), comm: "enc".into(), cpu_seconds: 1.5 },
+            "{x:?}"
+        );
+        // At the first sweep, totals are history: a baseline.
+        let mut d = CpuStarved::new(&s);
+        for i in 0..=3u64 {
+            let samples = [
+                sample(
+                    1,
+                    "server",
+                    "server",
+                    &[(THREAD_RUNQUEUE, i * SEC / 2), (THREAD_ON_CPU, i * SEC / 2)],
+                ),
+                sample(2, "enc", "enc", &[(THREAD_ON_CPU, 50 * SEC + i * SEC / 2)]),
+            ];
+            d.sample(100 * SEC + i * SEC, &samples, &mut facts, &mut |pid| u64::from(pid) + 1000);
+        }
+        let f = found(&d, 103 * SEC);
+        let crate::findings::Detail::CpuStarved(x) = &f[0].detail else { panic!("{f:?}") };
+        assert_eq!(x.busiest[0].cpu_seconds, 1.5, "{x:?}");
     }
 
     #[test]
