@@ -341,9 +341,15 @@ fn cpu_starved_finds_a_shared_cpu_and_names_who_used_it() {
     eprintln!(
         "{a}: run-queue share {share:.3} (the kernel's {kernel_share:.3}); {b} beside it {b_cpu:.3} s on CPU"
     );
-    assert!((1.2..=1.8).contains(&b_cpu), "{b} used about half of the 3 s window: {f:#}");
-    // One CPU: the two together had no more than the window.
+    // The window runs from the first sweep at or before its start: 3 s and
+    // up to a sweep more (the finding says how long).
     let window = f["window_seconds"].as_f64().unwrap();
+    assert!((2.9..=4.1).contains(&window), "a 3 s window and at most a sweep more: {f:#}");
+    assert!(
+        (0.4..=0.6).contains(&(b_cpu / window)),
+        "{b} used about half of the {window:.3} s window: {f:#}"
+    );
+    // One CPU: the two together had no more than the window.
     let a_cpu = f["on_cpu_seconds"].as_f64().unwrap();
     assert!(a_cpu + b_cpu <= 1.02 * window, "{a_cpu} + {b_cpu} s on one CPU in {window} s: {f:#}");
     let all = d.findings();

@@ -8,7 +8,10 @@
 //! facts it asks for ([`ThreadFacts`]: a live process, its cgroup's CPU
 //! throttling, a workload's name).
 //!
-//! The rule. Over the last `window` (--starved-window, default 10 s):
+//! The rule. Over the last `window` (--starved-window, default 10 s; it
+//! starts at the last sweep at or before `window` ago, so it is up to a
+//! sweep longer when sweeps run late: the finding's `window_seconds` says
+//! how long it was):
 //! 1. the key is a request thread's: its thread name is the process name
 //!    (the main thread, and the unnamed threads that inherit its name) or
 //!    matches a --stall-thread pattern, and no --stall-ignore-thread one;
