@@ -341,7 +341,7 @@ fn cpu_starved_finds_a_shared_cpu_and_names_who_used_it() {
     eprintln!(
         "{a}: run-queue share {share:.3} (the kernel's {kernel_share:.3}); {b} beside it {b_cpu:.3} s on CPU"
     );
-    // The window runs from the first sweep at or before its start: 3 s and
+    // The window runs from the last sweep at or before its start: 3 s and
     // up to a sweep more (the finding says how long).
     let window = f["window_seconds"].as_f64().unwrap();
     assert!((2.9..=4.1).contains(&window), "a 3 s window and at most a sweep more: {f:#}");
