@@ -6,7 +6,11 @@
 //! mount(2), no libfuse or fusermount).
 //!
 //! Opened with direct I/O, so that every read(2) is one READ request (no
-//! page cache, no read-ahead), answered after [`SlowFs`]'s delay.
+//! page cache, no read-ahead), answered after [`READ_DELAY`].
+//!
+//! The test process serves it and the workload only reads it: a process
+//! that serves a filesystem it holds a file of cannot be killed (at exit
+//! its close waits, in D state, for its own dead server to answer FLUSH).
 
 use std::{
     ffi::OsStr,
@@ -26,10 +30,11 @@ pub const SIZE: u64 = 1 << 20;
 const FILE_INO: u64 = 2;
 const TTL: Duration = Duration::from_secs(60);
 
-/// The filesystem: each READ answered `delay` after it arrived.
-pub struct SlowFs {
-    delay: Duration,
-}
+/// How long after it arrived each READ is answered.
+pub const READ_DELAY: Duration = Duration::from_millis(250);
+
+/// The filesystem: each READ answered [`READ_DELAY`] after it arrived.
+struct SlowFs;
 
 fn attr(ino: u64) -> FileAttr {
     let (kind, perm, size, nlink) = if ino == FUSE_ROOT_ID {
@@ -91,19 +96,21 @@ impl Filesystem for SlowFs {
         _lock: Option<u64>,
         reply: ReplyData,
     ) {
-        std::thread::sleep(self.delay);
+        std::thread::sleep(READ_DELAY);
         let left = SIZE.saturating_sub(offset.max(0) as u64);
         reply.data(&vec![0u8; (size as u64).min(left) as usize]);
     }
 }
 
-/// Mounts the filesystem at `dir` (an empty directory) until the session
-/// is dropped; each read of `dir/FILE` takes `delay`. Fails where the
-/// kernel has no FUSE (see [`kernel_has_fuse`]) or without CAP_SYS_ADMIN.
-pub fn mount(dir: &Path, delay: Duration) -> std::io::Result<BackgroundSession> {
+/// Mounts the filesystem at `dir` (an empty directory) and serves it, in
+/// a thread of this process, until the session is dropped (then it is
+/// unmounted: drop it after every reader has closed the file). Fails
+/// where the kernel has no FUSE (see [`kernel_has_fuse`]) or without
+/// CAP_SYS_ADMIN.
+pub fn mount(dir: &Path) -> std::io::Result<BackgroundSession> {
     let options =
         [MountOption::RO, MountOption::FSName("sp-slow".into()), MountOption::Subtype("sp-slow".into())];
-    fuser::spawn_mount2(SlowFs { delay }, dir, &options)
+    fuser::spawn_mount2(SlowFs, dir, &options)
 }
 
 /// Whether the running kernel has FUSE (built in or its module loaded).

@@ -206,33 +206,33 @@ fn blocked_time_goes_to_its_cause_and_states_add_up_to_a_life() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let comm = unique_name("spb");
     // The slow filesystem where the kernel has FUSE (in the qemu guests,
-    // the module the initramfs carries).
+    // the module the initramfs carries), served by this process: declared
+    // before the workload, it outlives it (a killed workload's close of
+    // the file is answered) and is unmounted once the workload is gone.
     let fuse = sonic_probe_tests::slow_fs::kernel_has_fuse();
     let dir = std::env::temp_dir().join(&comm);
     let mut args = vec!["blocked".to_string()];
-    if fuse {
+    let session = if fuse {
         std::fs::create_dir_all(&dir).unwrap();
         args.push(dir.display().to_string());
+        Some(sonic_probe_tests::slow_fs::mount(&dir).expect("mounting the slow filesystem"))
     } else {
         eprintln!("the file state is not tested here: this kernel has no FUSE (/proc/filesystems)");
-    }
+        None
+    };
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let w = Workload::start(Some(&comm), &args);
     let d = Daemon::start(&["--pid", &w.pid().to_string()]);
     let (status, out) = w.go_output();
-    let left_mounted = fuse
+    drop(session);
+    let still_mounted = fuse
         && std::fs::read_to_string("/proc/self/mountinfo")
             .unwrap_or_default()
             .lines()
             .any(|l| l.split_whitespace().nth(4) == Some(&*dir.to_string_lossy()));
-    if left_mounted {
-        let c = std::ffi::CString::new(dir.to_string_lossy().as_bytes()).unwrap();
-        // SAFETY: a NUL-terminated path.
-        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-    }
     let _ = std::fs::remove_dir(&dir);
     assert!(status.success(), "{out}");
-    assert!(!left_mounted, "the workload left its filesystem mounted at {}", dir.display());
+    assert!(!still_mounted, "the slow filesystem at {} outlived its session", dir.display());
     let lines: Vec<String> = out.lines().map(str::to_string).collect();
     let threads = thread_lines(&lines);
     assert_eq!(threads.len(), if fuse { 5 } else { 4 }, "{out}");
@@ -243,8 +243,8 @@ fn blocked_time_goes_to_its_cause_and_states_add_up_to_a_life() {
         ("socker", "socket", 1.0),
     ];
     if fuse {
-        // 4 preads, each answered 0.25 s after the filesystem got it.
-        known.push(("filer", "file", 1.0));
+        // 4 preads, each answered READ_DELAY after the filesystem got it.
+        known.push(("filer", "file", 4.0 * sonic_probe_tests::slow_fs::READ_DELAY.as_secs_f64()));
     }
     let m = d.metrics();
     for (name, state, known) in known {

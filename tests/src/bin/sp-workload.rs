@@ -54,9 +54,10 @@
 //!                              after it blocked), piper (a pipe read
 //!                              written 1 s after), socker (a read of a
 //!                              unix socket written 1 s after) and, with
-//!                              DIR (`blocked DIR`), filer (4 preads of a
-//!                              file of a FUSE filesystem mounted at DIR
-//!                              whose reads take 0.25 s each); each
+//!                              DIR (`blocked DIR`), filer (4 preads of
+//!                              DIR's slow file: the test serves a FUSE
+//!                              filesystem there whose reads take a known
+//!                              time, slow_fs::READ_DELAY); each
 //!                              prints "thread NAME TID START_NS END_NS
 //!                              BLOCKED_NS SPAWN_NS" (its life, the time it
 //!                              measured around its blocking calls, when
@@ -325,13 +326,11 @@ fn cpu(secs: u64) {
     unsafe { libc::read(0, b.as_mut_ptr().cast(), 1) };
 }
 
-/// Reads of the slow file by filer, and how long the filesystem takes
-/// for each.
+/// Reads of the slow file by filer (each takes slow_fs::READ_DELAY).
 const SLOW_READS: u64 = 4;
-const SLOW_READ_MS: u64 = 250;
 
 /// Mode blocked: see the usage.
-fn blocked(slow_file: Option<(fuser::BackgroundSession, std::fs::File)>) {
+fn blocked(slow_file: Option<std::fs::File>) {
     use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
     use std::time::Duration;
     static WAIT_WORD: AtomicU32 = AtomicU32::new(0);
@@ -367,10 +366,7 @@ fn blocked(slow_file: Option<(fuser::BackgroundSession, std::fs::File)>) {
         monotonic_ns() - t
     };
     let (pipe_r, sock_r) = (pipe[0], sock[0]);
-    let (session, slow_fd) = match &slow_file {
-        Some((s, f)) => (Some(s), std::os::fd::AsRawFd::as_raw_fd(f)),
-        None => (None, -1),
-    };
+    let slow_fd = slow_file.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
     let mut handles = vec![
         spawn(
             "sleeper",
@@ -418,7 +414,7 @@ fn blocked(slow_file: Option<(fuser::BackgroundSession, std::fs::File)>) {
             }),
         ),
     ];
-    if session.is_some() {
+    if let Some(slow_fd) = slow_fd {
         handles.push(spawn(
             "filer",
             Box::new(move || {
@@ -479,11 +475,8 @@ fn blocked(slow_file: Option<(fuser::BackgroundSession, std::fs::File)>) {
     for w in wakers {
         let _ = w.join();
     }
-    // Unmounted (the file closed first: a busy mount stays) before "done".
-    if let Some((session, file)) = slow_file {
-        drop(file);
-        drop(session);
-    }
+    // Closed before "done": the test unmounts once it has read it.
+    drop(slow_file);
     println!("done");
 }
 
@@ -605,15 +598,16 @@ fn main() {
         }
     }
 
-    // blocked DIR: the slow filesystem mounted at DIR, the file opened
-    // (lookup and open answered at once; its reads are the slow part).
+    // blocked DIR: the slow file of the filesystem the test serves at DIR,
+    // opened (lookup and open answered at once; its reads are the slow
+    // part). Not served here: a process killed while it holds a file of
+    // a filesystem it serves itself never exits (its close waits in D
+    // state for a FLUSH answer from a server thread already gone).
     let slow_file = if mode == "blocked" && args.len() > 1 {
-        let dir = std::path::PathBuf::from(&args[1]);
-        let session = slow_fs::mount(&dir, std::time::Duration::from_millis(SLOW_READ_MS))
-            .unwrap_or_else(|e| die(&format!("mounting the slow filesystem at {}: {e}", dir.display())));
-        let file = std::fs::File::open(dir.join(slow_fs::FILE))
-            .unwrap_or_else(|e| die(&format!("opening the slow file: {e}")));
-        Some((session, file))
+        let path = std::path::Path::new(&args[1]).join(slow_fs::FILE);
+        let file = std::fs::File::open(&path)
+            .unwrap_or_else(|e| die(&format!("opening the slow file {}: {e}", path.display())));
+        Some(file)
     } else {
         None
     };
