@@ -30,6 +30,10 @@ pub const SIZE: u64 = 1 << 20;
 const FILE_INO: u64 = 2;
 const TTL: Duration = Duration::from_secs(60);
 
+/// How many reads of [`FILE`] the workload's filer makes (`sp-workload
+/// blocked DIR`), so the test knows its file time: READS x READ_DELAY.
+pub const READS: u64 = 4;
+
 /// How long after it arrived each READ is answered.
 pub const READ_DELAY: Duration = Duration::from_millis(250);
 

@@ -243,8 +243,9 @@ fn blocked_time_goes_to_its_cause_and_states_add_up_to_a_life() {
         ("socker", "socket", 1.0),
     ];
     if fuse {
-        // 4 preads, each answered READ_DELAY after the filesystem got it.
-        known.push(("filer", "file", 4.0 * sonic_probe_tests::slow_fs::READ_DELAY.as_secs_f64()));
+        // READS preads, each answered READ_DELAY after the filesystem got it.
+        use sonic_probe_tests::slow_fs::{READS, READ_DELAY};
+        known.push(("filer", "file", READS as f64 * READ_DELAY.as_secs_f64()));
     }
     let m = d.metrics();
     for (name, state, known) in known {

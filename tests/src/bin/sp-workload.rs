@@ -54,10 +54,10 @@
 //!                              after it blocked), piper (a pipe read
 //!                              written 1 s after), socker (a read of a
 //!                              unix socket written 1 s after) and, with
-//!                              DIR (`blocked DIR`), filer (4 preads of
-//!                              DIR's slow file: the test serves a FUSE
-//!                              filesystem there whose reads take a known
-//!                              time, slow_fs::READ_DELAY); each
+//!                              DIR (`blocked DIR`), filer (slow_fs::READS
+//!                              preads of DIR's slow file: the test serves
+//!                              a FUSE filesystem there whose reads take
+//!                              slow_fs::READ_DELAY each); each
 //!                              prints "thread NAME TID START_NS END_NS
 //!                              BLOCKED_NS SPAWN_NS" (its life, the time it
 //!                              measured around its blocking calls, when
@@ -326,9 +326,6 @@ fn cpu(secs: u64) {
     unsafe { libc::read(0, b.as_mut_ptr().cast(), 1) };
 }
 
-/// Reads of the slow file by filer (each takes slow_fs::READ_DELAY).
-const SLOW_READS: u64 = 4;
-
 /// Mode blocked: see the usage.
 fn blocked(slow_file: Option<std::fs::File>) {
     use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
@@ -421,7 +418,7 @@ fn blocked(slow_file: Option<std::fs::File>) {
                 // SAFETY: reads of our own descriptor into a local buffer.
                 timed(&|| unsafe {
                     let mut b = [0u8; 4096];
-                    for i in 0..SLOW_READS {
+                    for i in 0..slow_fs::READS {
                         libc::pread(slow_fd, b.as_mut_ptr().cast(), b.len(), (i * 4096) as i64);
                     }
                 })
