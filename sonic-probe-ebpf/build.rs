@@ -33,6 +33,7 @@ const SOURCES: &[&str] = &[
     "bpf/futex.h",
     "bpf/events.h",
     "bpf/thread_time.h",
+    "bpf/gpu_wait.h",
     "build_bpf.rs",
 ];
 /// (object, define): one feature probe each (bpf/feature_probe.bpf.c);

@@ -129,8 +129,14 @@ shared_consts! {
     /// Counter: a thread's time went to the overflow slot of
     /// thread_time_slots (slot 0: every slot taken, or the index full).
     pub const COUNTER_THREAD_TIME_OVERFLOW: u32 = 11;
+    /// Counter: a GPU wait counted in the overflow entry of gpu_waits
+    /// (comm and workload empty), the map was full.
+    pub const COUNTER_GPU_WAIT_OVERFLOW: u32 = 12;
+    /// Counter: a GPU wait not counted: no scheduler clock for its thread,
+    /// or gpu_waits full without its overflow entry.
+    pub const COUNTER_DROP_GPU_WAITS: u32 = 13;
     /// Number of COUNTER_* indices.
-    pub const NR_COUNTERS: u32 = 12;
+    pub const NR_COUNTERS: u32 = 14;
 
     /// max_entries of target_processes.
     pub const MAX_TARGET_PROCESSES: u32 = 65536;
@@ -246,6 +252,12 @@ shared_consts! {
     /// switch off a CPU decides again (targets that change in user space:
     /// --pid lists, SIGHUP, cgroup moves). Exec and rename decide at once.
     pub const THREAD_REDECIDE_NS: u64 = 1_000_000_000;
+    /// max_entries of gpu_waits (a preallocated hash, 224 bytes a key):
+    /// distinct (workload, process name, GPU api) with waits.
+    pub const MAX_GPU_WAIT_KEYS: u32 = 1024;
+    /// Nesting of waiting GPU calls a thread's clock counts at most (the
+    /// runtime's call wraps the driver's: 2); deeper entries are not counted.
+    pub const MAX_GPU_DEPTH: u32 = 8;
 }
 
 /// Appends every constant as `#define SP_<NAME>`.

@@ -35,6 +35,13 @@ impl Library {
     }
 }
 
+/// Which CUDA library a path (a mapped or opened file) names, from its
+/// file name.
+pub fn library_of(path: &str) -> Option<Library> {
+    let name = path.rsplit('/').next()?;
+    [Library::Runtime, Library::Driver].into_iter().find(|l| l.matches(name))
+}
+
 /// One waiting call.
 #[derive(Clone, Copy, Debug)]
 pub struct GpuApi {
@@ -82,6 +89,27 @@ pub const GPU_APIS: &[GpuApi] = &[
     api(41, "cuMemcpyPeer", Driver, &["cuMemcpyPeer", "cuMemcpyPeer_ptds"]),
 ];
 
+/// The BPF program entered at the start of api `id`'s functions (one per
+/// api: the uprobe's cookie needs 5.15, and GPU nodes run 5.10).
+pub fn gpu_enter_program(id: u32) -> String {
+    format!("gpu_enter_{id}")
+}
+
+/// The BPF program entered at the return of every waiting call (the api is
+/// the one its entry noted in the thread's clock).
+pub const GPU_EXIT_PROGRAM: &str = "gpu_exit";
+
+/// Appends `#define SP_GPU_APIS(X)`, an X-macro of `X(id)` per row, from
+/// which the C side defines one entry program per api.
+pub(crate) fn write_c_list(out: &mut String) {
+    out.push_str("/* The waiting GPU calls' api ids (gpu_apis.rs): X(id) per row. */\n");
+    out.push_str("#define SP_GPU_APIS(X)");
+    for a in GPU_APIS {
+        out.push_str(&format!(" X({})", a.id));
+    }
+    out.push_str("\n\n");
+}
+
 /// The row of api id `id`.
 pub fn gpu_api(id: u32) -> Option<&'static GpuApi> {
     GPU_APIS.iter().find(|a| a.id == id)
@@ -125,5 +153,20 @@ mod tests {
         assert!(Driver.matches("libcuda.so.1") && !Driver.matches("libcudart.so.12"));
         assert_eq!(gpu_api_of_symbol(Runtime, "cudaStreamSynchronize_ptsz").map(|a| a.id), Some(2));
         assert_eq!(gpu_api(33).map(|a| a.name), Some("cuStreamSynchronize"));
+    }
+
+    #[test]
+    fn the_c_list_names_every_row_once() {
+        let mut out = String::new();
+        write_c_list(&mut out);
+        for a in GPU_APIS {
+            assert_eq!(
+                out.matches(&format!(" X({}) ", a.id)).count()
+                    + out.matches(&format!(" X({})\n", a.id)).count(),
+                1,
+                "{out}"
+            );
+        }
+        assert_eq!(gpu_enter_program(33), "gpu_enter_33");
     }
 }

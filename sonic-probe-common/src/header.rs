@@ -18,6 +18,7 @@ pub fn generate() -> String {
     );
     crate::constants::write_c_constants(&mut out);
     crate::syscalls::write_c_table(&mut out);
+    crate::gpu_apis::write_c_list(&mut out);
     crate::layout::write_c_structs(&mut out);
     out
 }

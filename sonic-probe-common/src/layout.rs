@@ -137,6 +137,40 @@ shared_struct! {
         pub watched: u16,
         /// What the slot was found for (compared at each switch off a CPU).
         pub key: ThreadTimeKey,
+        /// When the outermost waiting GPU call in progress began (0: none,
+        /// or its thread is not a target: not counted).
+        pub gpu_since_ns: u64,
+        /// Its api id (gpu_apis).
+        pub gpu_api: u16,
+        /// Waiting GPU calls in progress, nested (0: none). While non-zero
+        /// the thread's time on CPU or blocked is THREAD_GPU.
+        pub gpu_depth: u16,
+        pub _pad: u32,
+    }
+}
+
+shared_struct! {
+    /// Key of gpu_waits: the waits of one (workload, process name, api).
+    /// All-zero cgroup and comm: the overflow entry of api.
+    pub struct GpuWaitKey as "gpu_wait_key" {
+        /// cgroup v2 id with workloads on, else 0.
+        pub cgroup: u64,
+        /// The process's name (its leader's comm).
+        pub comm: [u8; 16],
+        /// The gpu_apis row.
+        pub api: u32,
+        pub _pad: u32,
+    }
+}
+
+shared_struct! {
+    /// Value of gpu_waits (added to atomically): the outermost waiting calls' time.
+    /// Their number is the sum of the buckets.
+    pub struct GpuWaitStats as "gpu_wait_stats" {
+        /// Sum of the waits in nanoseconds.
+        pub total_ns: u64,
+        /// Log2 histogram of the waits, see LATENCY_BUCKETS.
+        pub latency: [u64; 27],
     }
 }
 
@@ -503,6 +537,8 @@ pub(crate) fn write_c_structs(out: &mut String) {
     write_struct::<ThreadTimeKey>(out);
     write_struct::<ThreadTimes>(out);
     write_struct::<ThreadClock>(out);
+    write_struct::<GpuWaitKey>(out);
+    write_struct::<GpuWaitStats>(out);
     write_struct::<EventHeader>(out);
     write_struct::<SyscallEvent>(out);
     write_struct::<SyscallPathEvent>(out);
@@ -526,7 +562,9 @@ const _: () = assert!(core::mem::size_of::<ThreadState>() == 112 + 8 * STATS_SLO
 const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 88 + 4 * MAX_GPU_MAJORS);
 const _: () = assert!(core::mem::size_of::<ThreadTimeKey>() == 40);
 const _: () = assert!(core::mem::size_of::<ThreadTimes>() == 8 * NR_THREAD_STATES as usize);
-const _: () = assert!(core::mem::size_of::<ThreadClock>() == 64);
+const _: () = assert!(core::mem::size_of::<ThreadClock>() == 80);
+const _: () = assert!(core::mem::size_of::<GpuWaitKey>() == 32);
+const _: () = assert!(core::mem::size_of::<GpuWaitStats>() == 8 * (1 + LATENCY_BUCKETS));
 const _: () = assert!(core::mem::size_of::<InflightWait>() == 56);
 const _: () = assert!(core::mem::offset_of!(ProbeConfig, inflight_waits) == 68 + 4 * MAX_GPU_MAJORS);
 

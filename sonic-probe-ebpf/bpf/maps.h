@@ -298,6 +298,19 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
+/* Exact GPU waits per (workload, process name, api), added to atomically
+ * (the daemon enters each api's overflow entry): gpu_wait.h. Preallocated
+ * and not per CPU: a kprobe-type program (a uprobe) using a hash
+ * allocated at run time makes 5.10's verifier warn in the kernel log
+ * ("trace type BPF program uses run-time allocation"), and per-CPU values
+ * preallocated cost keys x CPUs; GPU waits are rare enough for atomics. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_MAX_GPU_WAIT_KEYS);
+	__type(key, struct gpu_wait_key);
+	__type(value, struct gpu_wait_stats);
+} gpu_waits SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, SP_DEFAULT_RINGBUF_BYTES);

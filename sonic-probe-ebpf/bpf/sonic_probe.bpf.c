@@ -2,7 +2,8 @@
 /*
  * sonic-probe's kernel side: raw_syscalls sys_enter/sys_exit as BTF
  * tracepoints, plus process fork/exec/exit and the scheduler's switches
- * and wake-ups (where each watched thread's time goes: thread_time.h).
+ * and wake-ups (where each watched thread's time goes: thread_time.h), and
+ * uprobes on CUDA's waiting calls (gpu_wait.h).
  *
  * Why this shape: raw tracepoints fire for every system call on the host, so
  * the common path must return within a few instructions. sys_enter returns at
@@ -33,6 +34,7 @@
 #include "futex.h"
 #include "events.h"
 #include "thread_time.h"
+#include "gpu_wait.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
@@ -376,5 +378,26 @@ int BPF_PROG(sched_wakeup_new, struct task_struct *p)
 	if (!cfg || !cfg->thread_time)
 		return 0;
 	thread_created(cfg, p, bpf_ktime_get_ns());
+	return 0;
+}
+
+/* ---- the GPU seen from the CPU: CUDA's waiting calls (gpu_wait.h) */
+
+/* One entry program per api (SP_GPU_APIS: gpu_apis.rs), attached at each
+ * of its functions in each library file: the api is the program's, since
+ * a uprobe's cookie needs 5.15. */
+#define SP_GPU_ENTER(id)                    \
+	SEC("uprobe")                       \
+	int gpu_enter_##id(struct pt_regs *ctx) \
+	{                                   \
+		gpu_enter(id);              \
+		return 0;                   \
+	}
+SP_GPU_APIS(SP_GPU_ENTER)
+
+SEC("uretprobe")
+int gpu_exit(struct pt_regs *ctx)
+{
+	gpu_return();
 	return 0;
 }

@@ -44,14 +44,19 @@ static __always_inline struct thread_clock *clock_of(struct task_struct *task, b
 	return bpf_task_storage_get(&thread_clocks, task, 0, create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
 }
 
+/* The current thread's clock (a uprobe's: gpu_wait.h). */
+static __always_inline struct thread_clock *current_clock(bool create)
+{
+	return clock_of(current_task(), create);
+}
+
 /* Task storage goes with the task. */
 static __always_inline void clock_free(struct task_struct *task)
 {
 }
 #else
-static __always_inline struct thread_clock *clock_of(struct task_struct *task, bool create)
+static __always_inline struct thread_clock *clock_of_tid(__u32 tid, bool create)
 {
-	__u32 tid = task->pid;
 	struct thread_clock *c = bpf_map_lookup_elem(&thread_clocks, &tid);
 
 	if (c || !create)
@@ -59,6 +64,18 @@ static __always_inline struct thread_clock *clock_of(struct task_struct *task, b
 	struct thread_clock fresh = {};
 	bpf_map_update_elem(&thread_clocks, &tid, &fresh, BPF_NOEXIST);
 	return bpf_map_lookup_elem(&thread_clocks, &tid);
+}
+
+static __always_inline struct thread_clock *clock_of(struct task_struct *task, bool create)
+{
+	return clock_of_tid(task->pid, create);
+}
+
+/* The current thread's clock (a uprobe's, whose task is no BTF pointer
+ * with task_access=core_read). */
+static __always_inline struct thread_clock *current_clock(bool create)
+{
+	return clock_of_tid((__u32)bpf_get_current_pid_tgid(), create);
 }
 
 static __always_inline void clock_free(struct task_struct *task)
@@ -167,6 +184,11 @@ static __always_inline void clock_account(struct thread_clock *c, __u64 now)
 
 	if (!t || state >= SP_NR_THREAD_STATES)
 		return;
+	/* Inside a waiting GPU call, running (spinning in the library) or
+	 * blocked is waiting for the GPU (gpu_wait.h); waiting for a CPU is
+	 * still that. */
+	if (c->gpu_depth && state != SP_THREAD_RUNQUEUE)
+		state = SP_THREAD_GPU;
 	if (slot == 0)
 		count(SP_COUNTER_THREAD_TIME_OVERFLOW);
 	t->ns[state] += now - c->since_ns;
@@ -395,6 +417,9 @@ static __always_inline void thread_created(const struct probe_config *cfg, struc
 	c->watched = thread_watched(cfg, p);
 	c->decided_ns = now;
 	c->slot_plus_one = 0;
+	/* fork() inside a GPU call: the child never returns from the parent's. */
+	c->gpu_depth = 0;
+	c->gpu_since_ns = 0;
 	c->state = SP_THREAD_RUNQUEUE;
 	c->since_ns = now;
 }

@@ -218,4 +218,6 @@ pub mod maps {
     pub const THREAD_TIME_SLOTS: &str = "thread_time_slots";
     /// Per-thread scheduler clocks; a hash only with entry_state=thread_map.
     pub const THREAD_CLOCKS: &str = "thread_clocks";
+    /// Per-CPU hash of GPU waits per (workload, process name, api).
+    pub const GPU_WAITS: &str = "gpu_waits";
 }

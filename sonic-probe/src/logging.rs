@@ -28,6 +28,21 @@ pub fn one_line(e: &crate::error::Error) -> String {
     }
 }
 
+/// A library error and its causes on one line, each piece of text once.
+pub fn causes_line(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out.replace('\n', " ")
+}
+
 /// Sets up logging to stderr; a filter that does not parse is a usage error.
 pub fn init_logging(filter: &str) -> crate::error::Result<()> {
     use tracing_subscriber::EnvFilter;

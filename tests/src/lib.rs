@@ -148,6 +148,11 @@ pub fn workload_bin() -> PathBuf {
     target_dir().join("sp-workload")
 }
 
+/// The CUDA caller of the GPU tests (src/bin/sp-cuda.rs).
+pub fn cuda_caller_bin() -> PathBuf {
+    target_dir().join("sp-cuda")
+}
+
 /// The microbenchmark binary (bench/src/bin/sp-bench.rs: the bench crate's,
 /// so built by `cargo build --workspace`, not with this package's tests).
 pub fn bench_bin() -> PathBuf {

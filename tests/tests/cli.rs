@@ -42,7 +42,17 @@ fn our_bpf_objects() -> usize {
             .filter(|l| names.iter().any(|n| l.contains(&format!(" name {n} "))))
             .count()
     };
-    count("prog", OUR_PROGRAMS) + count("map", OUR_MAPS)
+    let gpu = gpu_programs();
+    let gpu: Vec<&str> = gpu.iter().map(String::as_str).collect();
+    count("prog", OUR_PROGRAMS) + count("prog", &gpu) + count("map", OUR_MAPS)
+}
+
+/// The GPU uprobe programs, loaded with the rest and attached only to the
+/// CUDA libraries the daemon finds (none here): one per api, and the
+/// return program.
+fn gpu_programs() -> Vec<String> {
+    use sonic_probe_common::gpu_apis::{gpu_enter_program, GPU_APIS, GPU_EXIT_PROGRAM};
+    GPU_APIS.iter().map(|a| gpu_enter_program(a.id)).chain([GPU_EXIT_PROGRAM.to_string()]).collect()
 }
 
 /// Waits (the kernel frees objects after the last fd closes) until the
@@ -213,7 +223,7 @@ fn every_way_of_stopping_detaches_everything() {
         let d = Daemon::start(&[]);
         let ids = bpf_ids_held_by(d.pid());
         let count = |kind: &str| ids.iter().filter(|(k, _)| k == kind).count();
-        assert_eq!(count("prog"), OUR_PROGRAMS.len(), "{ids:?}");
+        assert_eq!(count("prog"), OUR_PROGRAMS.len() + gpu_programs().len(), "{ids:?}");
         assert_eq!(count("link"), OUR_PROGRAMS.len(), "{ids:?}");
         assert!(count("map") >= OUR_MAPS.len(), "{ids:?}");
         let status = d.stop_with(signal);

@@ -43,3 +43,193 @@ fn the_runtime_librarys_waiting_calls_are_where_the_loader_puts_them() {
     // SAFETY: the handle opened above.
     unsafe { libc::dlclose(handle) };
 }
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use sonic_probe_tests::{cuda_caller_bin, privileged, Daemon, Metrics, Workload, TIMING};
+
+const WAITS: &str = "sonic_probe_gpu_wait_duration_seconds";
+
+/// A caller of `lib` named `name` making `calls` (SYMBOL:COUNT), stopped
+/// at "ready".
+fn caller(name: &str, lib: &Path, calls: &[&str], ns_copy: Option<&Path>) -> Workload {
+    let mut c = Command::new(cuda_caller_bin());
+    c.args(["--name", name]);
+    if let Some(dir) = ns_copy {
+        c.arg("--ns-copy").arg(dir);
+    }
+    let mut args = vec![lib.to_str().expect("a UTF-8 path")];
+    args.extend_from_slice(calls);
+    Workload::start_command(c, None, &args)
+}
+
+/// Waits until the daemon has probed `n` library files (the attach runs
+/// beside the event loop); the calls made after it are all counted.
+fn wait_attached(d: &Daemon, n: f64) -> Metrics {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let m = d.metrics();
+        let attached = m.sum("sonic_probe_gpu_libraries_total", &[("result", "attached")]);
+        if attached >= n || Instant::now() > deadline {
+            assert_eq!(attached, n, "library files probed; log:\n{}", d.log_lines.join("\n"));
+            return m;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn count(m: &Metrics, comm: &str, api: &str) -> u64 {
+    m.sum(&format!("{WAITS}_count"), &[("comm", comm), ("api", api)]) as u64
+}
+
+fn seconds(m: &Metrics, comm: &str, api: &str) -> f64 {
+    m.sum(&format!("{WAITS}_sum"), &[("comm", comm), ("api", api)])
+}
+
+/// Exact counts per api with NVIDIA's real runtime library, in the three
+/// ways a library reaches the probes: mapped by a process before the
+/// daemon started (its start-up scan), loaded by one after (its openat),
+/// and from a file that exists only in a process's own mount namespace
+/// (through /proc/PID/root). Two virtualenvs' copies are two files, each
+/// probed once. The counts' oracle is the caller's own loop.
+#[test]
+fn waits_are_counted_exactly_in_the_real_runtime_library() {
+    if !privileged("waits_are_counted_exactly_in_the_real_runtime_library") {
+        return;
+    }
+    let real = sonic_probe_tests::cuda_runtime();
+    // A second virtualenv: another copy, another file.
+    let dir = std::env::temp_dir().join(format!("sp-gpu-{}", std::process::id()));
+    let venv2 = dir.join("venv2/site-packages/nvidia/cuda_runtime/lib");
+    std::fs::create_dir_all(&venv2).unwrap();
+    let copy = venv2.join("libcudart.so.12");
+    std::fs::copy(&real, &copy).unwrap();
+    let ns_dir = dir.join("image");
+    std::fs::create_dir_all(&ns_dir).unwrap();
+
+    // Loaded before the daemon starts.
+    let mut early =
+        caller("spgpu-early", &real, &["cudaStreamSynchronize:100", "cudaDeviceSynchronize:10"], None);
+    early.go_until("loaded");
+    // Its own processes only: the other tests' libraries are theirs.
+    let mut d = Daemon::start(&[
+        "--stack-captures",
+        "off",
+        "--comm",
+        "spgpu-early",
+        "--comm",
+        "spgpu-late",
+        "--comm",
+        "spgpu-ns",
+    ]);
+    d.wait_for_log("GPU waits: probed");
+    let mut late =
+        caller("spgpu-late", &copy, &["cudaStreamSynchronize:1000", "cudaDeviceSynchronize:10"], None);
+    let mut boxed = caller("spgpu-ns", &real, &["cudaEventSynchronize:300", "cudaMemcpy:20"], Some(&ns_dir));
+    late.go_until("loaded");
+    boxed.go_until("loaded");
+    assert!(!ns_dir.join("libcudart.so.12").exists(), "the namespace's copy is visible outside it");
+    wait_attached(&d, 3.0);
+    for w in [&mut early, &mut late, &mut boxed] {
+        w.go_until("done");
+    }
+    let m = d.metrics();
+    assert_eq!(count(&m, "spgpu-early", "cudaStreamSynchronize"), 100);
+    assert_eq!(count(&m, "spgpu-early", "cudaDeviceSynchronize"), 10);
+    assert_eq!(count(&m, "spgpu-late", "cudaStreamSynchronize"), 1000);
+    assert_eq!(count(&m, "spgpu-late", "cudaDeviceSynchronize"), 10);
+    assert_eq!(count(&m, "spgpu-ns", "cudaEventSynchronize"), 300);
+    assert_eq!(count(&m, "spgpu-ns", "cudaMemcpy"), 20);
+    // Nothing else of theirs is a wait (dlopen's own calls, the loop).
+    let theirs: f64 = ["spgpu-early", "spgpu-late", "spgpu-ns"]
+        .iter()
+        .map(|c| m.sum(&format!("{WAITS}_count"), &[("comm", c)]))
+        .sum();
+    assert_eq!(theirs, 1440.0);
+    // 26 waiting calls of libcudart 12.9, an entry and a return probe each, per file.
+    assert_eq!(m.get("sonic_probe_gpu_probes_attached", &[]), Some(3.0 * 52.0));
+    assert_eq!(m.sum("sonic_probe_events_dropped_total", &[("stage", "gpu_waits")]), 0.0);
+    drop(d);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The suite's stand-in libraries (tests/workloads/stand_in_cuda.c),
+/// built into `dir`: libcuda.so.1 and libcudart.so.12 linked to it.
+fn stand_in(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/stand_in_cuda.c");
+    let build = |out: &str, extra: &[&str]| {
+        let status = Command::new("cc")
+            .args(["-O1", "-shared", "-fPIC", "-o"])
+            .arg(dir.join(out))
+            .arg(&src)
+            .args(extra)
+            .status()
+            .expect("cc");
+        assert!(status.success(), "cc {out}");
+    };
+    build("libcuda.so.1", &[]);
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let l = format!("-L{}", dir.display());
+    build("libcudart.so.12", &["-DSP_RUNTIME", &l, "-l:libcuda.so.1", &rpath]);
+    dir.join("libcudart.so.12")
+}
+
+/// Durations and the `gpu` state with the stand-in, whose calls take a
+/// known time: blocked in nanosleep (50 ms each) or spinning on the CPU
+/// (100 ms each), as CUDA waits with blocking sync and by default. Both
+/// are `gpu` for the thread, neither `sleep` nor `on_cpu`; a runtime call
+/// that waits in the driver's is one wait, the outer call's.
+#[test]
+fn a_wait_takes_its_known_time_and_is_the_threads_gpu_state() {
+    if !privileged("a_wait_takes_its_known_time_and_is_the_threads_gpu_state") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("sp-gpu-stand-in-{}", std::process::id()));
+    let lib = stand_in(&dir);
+    let comm = "spgpu-stand";
+    let d = Daemon::start(&["--stack-captures", "off", "--comm", comm]);
+    let mut w = caller(
+        comm,
+        &lib,
+        &["cuStreamSynchronize:10", "cuCtxSynchronize:5", "cudaDeviceSynchronize:3"],
+        None,
+    );
+    w.go_until("loaded");
+    wait_attached(&d, 2.0);
+    let before = d.metrics();
+    w.go_until("done");
+    let m = d.metrics();
+    assert_eq!(count(&m, comm, "cuStreamSynchronize"), 10);
+    // The 3 inside cudaDeviceSynchronize are its waits, not theirs.
+    assert_eq!(count(&m, comm, "cuCtxSynchronize"), 5);
+    assert_eq!(count(&m, comm, "cudaDeviceSynchronize"), 3);
+    let near = |what: &str, got: f64, want: f64| {
+        assert!(
+            (got - want).abs() <= want * 0.02,
+            "{what}: {got:.4} s, the stand-in takes {want} s {TIMING}"
+        );
+    };
+    near("cuStreamSynchronize", seconds(&m, comm, "cuStreamSynchronize"), 0.5);
+    near("cuCtxSynchronize", seconds(&m, comm, "cuCtxSynchronize"), 0.5);
+    near("cudaDeviceSynchronize", seconds(&m, comm, "cudaDeviceSynchronize"), 0.3);
+    // The thread's states over the calls: 1.3 s of GPU waits, less what
+    // it waited for a CPU (a spinning thread may be preempted).
+    let state = |m: &Metrics, s: &str| {
+        m.sum("sonic_probe_thread_seconds_total", &[("comm", comm), ("thread", comm), ("state", s)])
+    };
+    let delta = |s: &str| state(&m, s) - state(&before, s);
+    let (gpu, runqueue) = (delta("gpu"), delta("runqueue"));
+    assert!(
+        gpu <= 1.3 * 1.02 && gpu + runqueue >= 1.3 * 0.98,
+        "gpu {gpu:.4} s, runqueue {runqueue:.4} s {TIMING}"
+    );
+    assert!(delta("sleep") < 0.005, "the stand-in's nanosleep is a GPU wait: sleep {:.4} s", delta("sleep"));
+    assert!(delta("on_cpu") < 0.1, "the stand-in's spin is a GPU wait: on_cpu {:.4} s", delta("on_cpu"));
+    drop(d);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -244,8 +244,18 @@ fn test_phases(p: &mut Phases) -> Result<()> {
     // gets: CO-RE reads, per-thread state in a hash, futex wakes in a map),
     // at full speed: every test that watches real calls.
     let mut fallback = vec!["test", "-p", "sonic-probe-tests"];
-    for t in ["core", "diagnoses", "trace", "reliability", "kernels", "cli", "workloads", "stacks", "threads"]
-    {
+    for t in [
+        "core",
+        "diagnoses",
+        "trace",
+        "reliability",
+        "kernels",
+        "cli",
+        "workloads",
+        "stacks",
+        "threads",
+        "gpu",
+    ] {
         fallback.extend(["--test", t]);
     }
     p.run("integration tests, SONIC_PROBE_FALLBACK=all", || {

@@ -99,6 +99,8 @@ mod tests {
             max_comms = 100
             max_thread_names = 16
             thread_time = "off"
+            gpu_waits = "off"
+            gpu_max_libraries = 8
             workload_from = "cgroup"
             containers_log_dir = "/host/var/log/containers"
             max_workloads = 64

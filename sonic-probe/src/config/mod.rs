@@ -33,6 +33,10 @@ pub struct RunConfig {
     pub max_thread_names: usize,
     /// Where each watched thread's time goes (`--thread-time`).
     pub thread_time: bool,
+    /// Uprobes on CUDA's waiting calls (`--gpu-waits`).
+    pub gpu_waits: bool,
+    /// Library files that get them at most.
+    pub gpu_max_libraries: usize,
     /// Where workloads come from, and where their names are read.
     pub workloads: crate::workloads::WorkloadSettings,
     pub ringbuf_bytes: u32,
@@ -91,6 +95,8 @@ impl RunConfig {
             max_comms: check_max_comms(given(a.max_comms))?,
             max_thread_names: check_max_thread_names(given(a.max_thread_names))?,
             thread_time: given(a.thread_time).is_on(),
+            gpu_waits: given(a.gpu_waits).is_on(),
+            gpu_max_libraries: check_gpu_max_libraries(given(a.gpu_max_libraries))?,
             workloads: crate::workloads::WorkloadSettings::new(
                 given(a.workload_from),
                 crate::os::procfs::cgroup2_mount(),
@@ -248,6 +254,20 @@ fn check_max_thread_names(n: usize) -> Result<usize> {
         return Err(Error::usage(format!(
             "{} {n}: must be between 1 and {MAX_THREAD_NAME_LABELS}",
             flag!(max_thread_names)
+        )));
+    }
+    Ok(n)
+}
+
+/// Library files with GPU probes at most: each is an entry and a return
+/// probe per waiting call (about 50 perf events).
+const MAX_GPU_LIBRARIES: usize = 1024;
+
+fn check_gpu_max_libraries(n: usize) -> Result<usize> {
+    if n == 0 || n > MAX_GPU_LIBRARIES {
+        return Err(Error::usage(format!(
+            "{} {n}: must be between 1 and {MAX_GPU_LIBRARIES} (--gpu-waits off turns GPU probes off)",
+            flag!(gpu_max_libraries)
         )));
     }
     Ok(n)

@@ -256,6 +256,22 @@ run_options! {
     #[arg(long, value_name = "on/off")]
     thread_time: Option<OnOff> = "on";
 
+    /// Time watched threads spend waiting for the GPU inside CUDA's waiting
+    /// calls (cudaStreamSynchronize, cudaMemcpy, cuCtxSynchronize...:
+    /// sonic_probe_gpu_wait_duration_seconds, and state gpu of
+    /// sonic_probe_thread_seconds_total): on or off. On puts uprobes on
+    /// those calls in each CUDA library file (libcudart.so.*, libcuda.so.*)
+    /// the watched processes map, found at start and when one opens one.
+    /// Read at start only.
+    #[arg(long, value_name = "on/off")]
+    gpu_waits: Option<OnOff> = "on";
+
+    /// CUDA library files (distinct files: one per virtualenv, conda env or
+    /// container image) that get GPU probes at most; further ones are
+    /// logged and counted (sonic_probe_gpu_libraries_total{result="over_limit"}).
+    #[arg(long, value_name = "N")]
+    gpu_max_libraries: Option<usize> = 64;
+
     /// Where the `workload` label (the systemd unit, Kubernetes container or
     /// Docker container of a process) comes from: auto (the cgroup v2
     /// hierarchy when one is mounted, else none, logged), cgroup (refuse to

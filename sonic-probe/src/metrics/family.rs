@@ -128,12 +128,13 @@ fn histogram(
 
 /// A latency histogram (seconds) from a kernel log2 histogram.
 pub fn latency_histogram(pairs: &[(&str, &str)], s: &SyscallStats) -> Metric {
-    histogram(
-        pairs,
-        &s.latency,
-        |i| latency_bucket_upper_ns(i).map(|ns| ns as f64 / 1e9),
-        s.total_ns as f64 / 1e9,
-    )
+    log2_seconds_histogram(pairs, &s.latency, s.total_ns)
+}
+
+/// A histogram in seconds from kernel log2 buckets of nanoseconds (see
+/// LATENCY_BUCKETS) and their sum.
+pub fn log2_seconds_histogram(pairs: &[(&str, &str)], buckets: &[u64], total_ns: u64) -> Metric {
+    histogram(pairs, buckets, |i| latency_bucket_upper_ns(i).map(|ns| ns as f64 / 1e9), total_ns as f64 / 1e9)
 }
 
 /// A size histogram (bytes) from a kernel powers-of-4 histogram.

@@ -15,11 +15,14 @@
 //!   daemon's own health;
 //! - [`threads`]: where watched threads' time goes (collected by the
 //!   probe's collector);
+//! - [`gpu`]: GPU waits and the libraries probed (collected by the probe's
+//!   collector);
 //! - [`findings`]: [`findings::FindingsCollector`], the findings engine and
 //!   its detectors.
 
 pub mod family;
 pub mod findings;
+pub mod gpu;
 pub mod probe;
 pub mod syscalls;
 pub mod threads;
@@ -36,6 +39,7 @@ pub fn metric_defs() -> &'static [MetricDef] {
             .iter()
             .chain(probe::METRICS)
             .chain(threads::METRICS)
+            .chain(gpu::METRICS)
             .chain(findings::defs())
             .cloned()
             .collect()

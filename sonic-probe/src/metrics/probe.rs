@@ -10,14 +10,15 @@ use prometheus::{
     proto::{Metric, MetricFamily, MetricType},
 };
 use sonic_probe_common::{
-    COUNTER_DROP_ERRORS, COUNTER_DROP_INFLIGHT_WAITS, COUNTER_DROP_OPEN_FILES, COUNTER_DROP_RINGBUF,
-    COUNTER_DROP_STATS, COUNTER_DROP_TARGET, COUNTER_DROP_THREAD_CLOCK, COUNTER_DROP_THREAD_STATE,
-    COUNTER_ERRORS_OVERFLOW, COUNTER_EVENTS_SENT, COUNTER_STATS_OVERFLOW, COUNTER_THREAD_TIME_OVERFLOW,
+    COUNTER_DROP_ERRORS, COUNTER_DROP_GPU_WAITS, COUNTER_DROP_INFLIGHT_WAITS, COUNTER_DROP_OPEN_FILES,
+    COUNTER_DROP_RINGBUF, COUNTER_DROP_STATS, COUNTER_DROP_TARGET, COUNTER_DROP_THREAD_CLOCK,
+    COUNTER_DROP_THREAD_STATE, COUNTER_ERRORS_OVERFLOW, COUNTER_EVENTS_SENT, COUNTER_GPU_WAIT_OVERFLOW,
+    COUNTER_STATS_OVERFLOW, COUNTER_THREAD_TIME_OVERFLOW,
 };
 
 use super::{
     family::{counter, def, descs, family, gauge, named, MetricDef},
-    syscalls, threads,
+    gpu, syscalls, threads,
 };
 use crate::{
     events::reader::ReaderStats,
@@ -43,13 +44,13 @@ pub const METRICS: &[MetricDef] = &[
          per-thread state, call not measured), stats_map / errors_map (aggregation map full, \
          no overflow entry), target_map (forked child not followed), open_files (descriptor \
          not tracked), futex_waiting (futex wait not tracked while in progress: no stack capture for \
-         it), thread_clock (no scheduler clock for a thread: its time not accounted), user_queue (daemon \
-         queue full)."),
+         it), thread_clock (no scheduler clock for a thread: its time not accounted), gpu_waits (a GPU wait not \
+         counted: no clock for its thread, or gpu_waits full), user_queue (daemon queue full)."),
     def("sonic_probe_event_decode_errors_total", COUNTER, &[],
         "Ring buffer records the daemon could not decode."),
     def("sonic_probe_aggregation_overflow_total", COUNTER, &["map"],
         "Calls, errors or thread time counted in the comm=\"other\" workload=\"other\" overflow entry because \
-         the kernel map was full (map: syscall_stats, syscall_errors, thread_time_slots)."),
+         the kernel map was full (map: syscall_stats, syscall_errors, thread_time_slots, gpu_waits)."),
     def("sonic_probe_build_info", GAUGE, &["version", "kernel"],
         "Always 1; labels tell the sonic-probe version and the running kernel."),
     def("sonic_probe_bpf_programs_attached", GAUGE, &[],
@@ -92,6 +93,7 @@ const DROP_STAGES: &[(u32, &str)] = &[
     (COUNTER_DROP_OPEN_FILES, "open_files"),
     (COUNTER_DROP_INFLIGHT_WAITS, "futex_waiting"),
     (COUNTER_DROP_THREAD_CLOCK, "thread_clock"),
+    (COUNTER_DROP_GPU_WAITS, "gpu_waits"),
 ];
 
 /// The kernel maps whose handles the daemon's sweep holds (open_files,
@@ -113,6 +115,8 @@ pub struct ProbeCollector {
     pub whole_host: bool,
     /// Where watched threads' time goes (None with --thread-time off).
     threads: Option<Arc<ThreadTimeStore>>,
+    /// GPU waits (None with --gpu-waits off).
+    gpu: Option<gpu::GpuSources>,
     kernel: String,
     descs: Vec<Desc>,
 }
@@ -132,7 +136,7 @@ impl ProbeCollector {
         let kernel = nix::sys::utsname::uname()
             .map(|u| u.release().to_string_lossy().into_owned())
             .unwrap_or_default();
-        let descs = descs(syscalls::defs().iter().chain(METRICS).chain(threads::METRICS));
+        let descs = descs(syscalls::defs().iter().chain(METRICS).chain(threads::METRICS).chain(gpu::METRICS));
         ProbeCollector {
             probe,
             store,
@@ -143,9 +147,16 @@ impl ProbeCollector {
             swept,
             whole_host,
             threads: None,
+            gpu: None,
             kernel,
             descs,
         }
+    }
+
+    /// Exports the GPU waits and the libraries probed.
+    pub fn with_gpu(mut self, gpu: Option<gpu::GpuSources>) -> Self {
+        self.gpu = gpu;
+        self
     }
 
     /// Exports where watched threads' time goes, from `store`.
@@ -195,6 +206,7 @@ impl Collector for ProbeCollector {
                 counter(&[("map", "syscall_stats")], c(COUNTER_STATS_OVERFLOW)),
                 counter(&[("map", "syscall_errors")], c(COUNTER_ERRORS_OVERFLOW)),
                 counter(&[("map", "thread_time_slots")], c(COUNTER_THREAD_TIME_OVERFLOW)),
+                counter(&[("map", "gpu_waits")], c(COUNTER_GPU_WAIT_OVERFLOW)),
             ],
         ));
         out.push(probe_family(
@@ -210,6 +222,9 @@ impl Collector for ProbeCollector {
             let probe = self.probe.lock().expect("probe lock");
             thread_states = probe.thread_state_entries();
             thread_clocks = probe.thread_clock_entries();
+            if let Some(g) = &self.gpu {
+                gpu::collect(&mut out, g, probe.gpu_links());
+            }
             out.push(probe_family(
                 "sonic_probe_bpf_programs_attached",
                 vec![gauge(&[], probe.attached().len() as f64)],

@@ -8,6 +8,7 @@
 
 mod config_builder;
 mod features;
+mod gpu_probes;
 mod open_files;
 pub mod privileges;
 mod reopens;
@@ -33,6 +34,7 @@ use sonic_probe_ebpf::{maps, ProgramGroup, Variant, PROGRAMS};
 
 pub use config_builder::ProbeConfigBuilder;
 pub use features::{Fallbacks, KernelFeatures, FALLBACK_ENV};
+pub use gpu_probes::{AttachCause, GpuAttachError};
 pub use open_files::OpenFiles;
 pub use reopens::ReopenCounts;
 pub use target_maps::TargetMaps;
@@ -72,6 +74,14 @@ pub enum ProbeError {
         #[source]
         source: ProgramError,
     },
+    #[error("BPF program {name} (uprobe)")]
+    Uprobe {
+        name: String,
+        #[source]
+        source: ProgramError,
+    },
+    #[error("the BPF object has no program {0}")]
+    MissingProgram(String),
     #[error("BPF map {name}")]
     Map {
         name: &'static str,
@@ -137,6 +147,12 @@ pub struct Probe {
     /// The groups attach was asked for.
     wanted: Vec<ProgramGroup>,
     stats_fd: Option<OwnedFd>,
+    /// The GPU programs loaded (gpu_probes.rs); else why not.
+    gpu_loaded: bool,
+    gpu_error: Option<String>,
+    /// The perf events of the uprobes attach_gpu_library attached
+    /// (closing one detaches its program).
+    gpu_events: Vec<OwnedFd>,
 }
 
 impl Probe {
@@ -171,7 +187,7 @@ impl Probe {
             prog.load(spec.tracepoint, &btf).map_err(err)?;
         }
         let config = Array::try_from(take(&mut ebpf, maps::CONFIG)?).map_err(map_err(maps::CONFIG))?;
-        Ok(Probe {
+        let mut probe = Probe {
             ebpf,
             features,
             variant,
@@ -179,7 +195,22 @@ impl Probe {
             attached: Vec::new(),
             wanted: Vec::new(),
             stats_fd: None,
-        })
+            gpu_loaded: false,
+            gpu_error: None,
+            gpu_events: Vec::new(),
+        };
+        // GPU waits are a part the daemon can do without: a kernel that
+        // refuses them leaves the rest running.
+        if let Err(e) = probe.load_gpu_programs() {
+            probe.gpu_error = Some(crate::logging::causes_line(&e));
+        }
+        Ok(probe)
+    }
+
+    /// Why GPU waits are unavailable (the kernel refused the uprobe
+    /// programs), or None.
+    pub fn gpu_error(&self) -> Option<&str> {
+        self.gpu_error.as_deref()
     }
 
     /// What the kernel accepted.

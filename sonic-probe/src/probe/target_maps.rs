@@ -123,6 +123,11 @@ impl TargetMaps {
         Ok(())
     }
 
+    /// The processes in the target set now.
+    pub fn processes(&self) -> Vec<u32> {
+        self.processes.keys().filter_map(|k| k.ok()).collect()
+    }
+
     /// Processes currently in the target set.
     pub fn process_count(&self) -> usize {
         self.processes.keys().filter(|k| k.is_ok()).count()

@@ -41,6 +41,12 @@ use crate::{
     config::RunConfig,
     error::Result,
     events::{self, reader::ReaderStats, Event, ProcessKind},
+    gpu::{
+        helper::PerfHelper,
+        libraries::{Candidate, GpuLibraries},
+        waits::GpuWaitStore,
+    },
+    metrics::gpu::GpuSources,
     metrics::{findings::FindingsCollector, probe::ProbeCollector},
     os::{cgroup_cpu::CpuLimits, signals::ShutdownSignals},
     probe::{Probe, ProbeConfigBuilder},
@@ -59,13 +65,25 @@ pub fn run(args: RunArgs, log_level: Option<String>) -> Result<()> {
     let config = RunConfig::load(&args, log_level.as_deref())?;
     crate::logging::init_logging(&config.log_level)?;
     crate::probe::privileges::check()?;
+    // Forked while the process has one thread (before the runtime's).
+    let gpu_helper = if config.gpu_waits {
+        match PerfHelper::start() {
+            Ok(h) => Some(h),
+            Err(e) => {
+                warn!("cannot start the GPU probe helper, GPU waits are off: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("sonic-probe")
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(serve(config, args, log_level))
+    runtime.block_on(serve(config, args, log_level, gpu_helper))
 }
 
 /// Tells systemd (Type=notify) where we are; a no-op without NOTIFY_SOCKET.
@@ -162,7 +180,12 @@ pub fn probe_config(config: &RunConfig) -> ProbeConfig {
         .build()
 }
 
-async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -> Result<()> {
+async fn serve(
+    config: RunConfig,
+    cli: RunArgs,
+    cli_log_level: Option<String>,
+    gpu_helper: Option<PerfHelper>,
+) -> Result<()> {
     let started = Instant::now();
     // Handle SIGINT/SIGTERM from the start: a signal that arrives while
     // attaching must still end in a clean detach, never a default kill.
@@ -191,6 +214,13 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     let ring = probe.take_events()?;
     let futex_waiting = probe.take_futex_waiting()?;
     let thread_times = probe.take_thread_times()?;
+    let gpu_waits = match gpu_helper {
+        Some(helper) => Some((probe.take_gpu_waits()?, helper)),
+        None => None,
+    };
+    if let (true, Some(why)) = (config.gpu_waits, probe.gpu_error()) {
+        warn!("GPU waits are unavailable (the rest runs): {why}");
+    }
     if config.bpf_stats {
         probe.enable_run_time_stats()?;
     }
@@ -202,6 +232,12 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     if config.thread_time {
         probe.attach(ProgramGroup::Scheduler)?;
     }
+    // The CUDA libraries mapped now: read before the capabilities go.
+    let gpu_mapped = gpu_waits.as_ref().map(|_| {
+        let pids = (!config.targets.is_whole_host() && config.targets.cgroups.is_empty())
+            .then(|| targets.processes());
+        crate::gpu::libraries::mapped_now(pids)
+    });
     drop_capabilities(&probe, config.stack_captures);
     // Loading parsed the kernel's BTF (megabytes, freed since).
     crate::stacks::capture::give_back_memory();
@@ -223,12 +259,25 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     let shared = crate::findings::Shared { captures: captures.clone() };
     let findings =
         FindingsService::new(&config.findings, &shared, open_files, Some(reopens), workloads.clone());
-    let consumer = tokio::spawn(consume(rx, pid_targets, findings.clone()));
-
     let attached = probe.attached().join(", ");
     let n_attached = probe.attached().len();
     let probe = Arc::new(Mutex::new(probe));
     let labels = Arc::new(Mutex::new(CommLabels::new(config.max_comms)));
+    // GPU waits: the libraries the targets map now, then those they open.
+    let (gpu, gpu_candidates) = match gpu_waits {
+        Some((map, helper)) => {
+            let libraries = GpuLibraries::new(probe.clone(), helper, config.gpu_max_libraries);
+            let counts = libraries.counts();
+            let tx = libraries
+                .spawn(gpu_mapped.unwrap_or_default())
+                .context("cannot start the GPU probe thread")?;
+            let waits = GpuWaitStore::new(map, labels.clone(), workloads.clone());
+            (Some(GpuSources { waits, libraries: counts }), Some(tx))
+        }
+        None => (None, None),
+    };
+    let consumer = tokio::spawn(consume(rx, pid_targets, findings.clone(), gpu_candidates));
+
     let store = Arc::new(Mutex::new(StatsStore::new(aggregates, labels.clone(), workloads.clone())));
     let threads = config.thread_time.then(|| {
         let aggregator = ThreadAggregator::new(labels.clone(), workloads.clone(), config.max_thread_names);
@@ -246,7 +295,8 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
         Arc::new(findings.clone()),
         config.targets.is_whole_host(),
     )
-    .with_threads(threads.clone());
+    .with_threads(threads.clone())
+    .with_gpu(gpu);
     registry.register(Box::new(collector)).context("cannot register the metrics")?;
     registry
         .register(Box::new(
@@ -330,6 +380,15 @@ async fn serve(config: RunConfig, cli: RunArgs, cli_log_level: Option<String>) -
     Ok(())
 }
 
+/// The CUDA library a successful open of `c` opened, as its process names it.
+fn opened_gpu_library(c: &events::Call) -> Option<String> {
+    if c.raw.ret < 0 || !matches!(c.syscall().name, "openat" | "open" | "openat2") {
+        return None;
+    }
+    let path = c.path_lossy()?;
+    sonic_probe_common::gpu_apis::library_of(&path).map(|_| path)
+}
+
 /// How often the kernel's descriptor table is swept of processes that
 /// exec'd or exited.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -354,9 +413,25 @@ async fn sweep_periodically(findings: FindingsService, threads: Option<Arc<Threa
 /// Consumes decoded events: the findings engine sees each one, and the log
 /// gets what a person would want to see there. The metrics don't depend on
 /// it (the kernel counts).
-async fn consume(mut rx: mpsc::Receiver<Event>, pid_targets: Vec<u32>, findings: FindingsService) {
+/// GPU waits on: a CUDA library a target opens goes to the GPU probe
+/// thread (`gpu`).
+async fn consume(
+    mut rx: mpsc::Receiver<Event>,
+    pid_targets: Vec<u32>,
+    findings: FindingsService,
+    gpu: Option<std::sync::mpsc::SyncSender<Candidate>>,
+) {
     while let Some(ev) = rx.recv().await {
         findings.observe(&ev);
+        if let (Some(gpu), Event::Call(c)) = (&gpu, &ev) {
+            if let Some(path) = opened_gpu_library(c) {
+                // Full only if a thousand opens of CUDA libraries wait: the
+                // library's next open (or the daemon's restart) finds it.
+                if gpu.try_send(Candidate { pid: c.tgid(), path }).is_err() {
+                    debug!("GPU probe queue full: an open of a CUDA library skipped");
+                }
+            }
+        }
         match &ev {
             Event::Process(p) if p.kind == ProcessKind::Exit && pid_targets.contains(&p.tgid()) => {
                 info!(
