@@ -165,6 +165,17 @@ pub fn bench_bin() -> PathBuf {
     p
 }
 
+/// (on CPU, waiting on a run queue) of a thread, in seconds, from the
+/// kernel's own accounting (/proc/PID/task/TID/schedstat): the oracle for
+/// the scheduler programs' on_cpu and runqueue.
+pub fn schedstat(pid: u32, tid: u32) -> (f64, f64) {
+    let path = format!("/proc/{pid}/task/{tid}/schedstat");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let f: Vec<f64> = text.split_whitespace().filter_map(|v| v.parse().ok()).collect();
+    assert!(f.len() >= 2, "{path}: {text:?}");
+    (f[0] / 1e9, f[1] / 1e9)
+}
+
 /// Resident memory of a process, in bytes (VmRSS).
 pub fn rss_bytes(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
@@ -593,8 +604,9 @@ impl Workload {
         self.child.id()
     }
 
-    /// Waits until the main thread sits in read(2) (syscall 0).
-    fn wait_blocked_in_read(&self) {
+    /// Waits until the main thread sits in read(2) (syscall 0): blocked in
+    /// its next go read, its time until then accounted.
+    pub fn wait_blocked_in_read(&self) {
         let path = format!("/proc/{}/syscall", self.pid());
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {

@@ -6,7 +6,7 @@
 //! around its blocking calls, and every state of a thread adding up to its
 //! life.
 
-use sonic_probe_tests::{privileged, unique_name, Daemon, Metrics, Workload};
+use sonic_probe_tests::{privileged, schedstat, unique_name, Daemon, Metrics, Workload};
 
 const THREAD_SECONDS: &str = "sonic_probe_thread_seconds_total";
 
@@ -49,15 +49,6 @@ fn state_s(m: &Metrics, comm: &str, thread: &str, state: &str) -> f64 {
 /// Every state of a thread name, added up.
 fn all_states_s(m: &Metrics, comm: &str, thread: &str) -> f64 {
     m.sum(THREAD_SECONDS, &[("comm", comm), ("thread", thread)])
-}
-
-/// (on CPU, waiting on a run queue) of a thread, in seconds, from the kernel.
-fn schedstat(pid: u32, tid: u32) -> (f64, f64) {
-    let path = format!("/proc/{pid}/task/{tid}/schedstat");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let f: Vec<f64> = text.split_whitespace().filter_map(|v| v.parse().ok()).collect();
-    assert!(f.len() >= 2, "{path}: {text:?}");
-    (f[0] / 1e9, f[1] / 1e9)
 }
 
 /// Seconds CPU `cpu` spent in interrupts and stolen by the hypervisor
