@@ -238,10 +238,11 @@ impl PerCpu {
         n
     }
 
-    /// Time on each CPU over the seconds kept.
-    fn by_cpu(&self) -> HashMap<u32, u64> {
+    /// Time on each CPU over the seconds kept that ended after `since` (a
+    /// finding's window starts at a sweep: the seconds before it are out).
+    fn by_cpu(&self, since: u64) -> HashMap<u32, u64> {
         let mut out = HashMap::new();
-        for (_, s) in &self.seconds {
+        for (_, s) in self.seconds.iter().filter(|s| s.0 > since) {
             for &(cpu, v) in s {
                 *out.entry(cpu).or_default() += v;
             }
@@ -343,11 +344,12 @@ impl CpuStarved {
     }
 
     /// The (workload, process name) pairs that used the CPUs of `cpus`
-    /// most in the window ending now, but `skip`'s.
+    /// most in the window from the sweep at `since` to now, but `skip`'s.
     fn busiest(
         &self,
         skip: &(u64, String),
         cpus: &HashMap<u32, u64>,
+        since: u64,
         facts: &mut dyn ThreadFacts,
     ) -> Vec<Busy> {
         let mut all: Vec<(u64, &(u64, String))> = self
@@ -358,6 +360,7 @@ impl CpuStarved {
                 let d: u64 = p
                     .seconds
                     .iter()
+                    .filter(|s| s.0 > since)
                     .flat_map(|s| s.1.iter())
                     .filter(|(cpu, _)| cpus.contains_key(cpu))
                     .map(|(_, v)| v)
@@ -461,8 +464,12 @@ impl CpuStarved {
 
         for (key, d, share, span, throttle) in starved {
             let Some(pid) = facts.process(key.0, &key.1, now_ns.saturating_sub(span)) else { continue };
-            let waited = self.tracks[&key].waited.by_cpu();
-            let busiest = self.busiest(&(key.0, key.1.clone()), &waited, facts);
+            // The window's first sweep: the seconds kept may start a sweep
+            // earlier (they are trimmed by `oldest`, and the first point
+            // may be after it).
+            let since = now_ns.saturating_sub(span);
+            let waited = self.tracks[&key].waited.by_cpu(since);
+            let busiest = self.busiest(&(key.0, key.1.clone()), &waited, since, facts);
             let mut cpus: Vec<u32> = waited.keys().copied().collect();
             cpus.sort_unstable();
             cpus.truncate(16);
@@ -730,6 +737,37 @@ mod tests {
         let f = found(&d, 103 * SEC);
         let crate::findings::Detail::CpuStarved(x) = &f[0].detail else { panic!("{f:?}") };
         assert_eq!(x.busiest[0].cpu_seconds, 1.5, "{x:?}");
+    }
+
+    /// The window starts at its first sweep, even when that is a little
+    /// after `window` ago (sweeps run a little late or early): the other
+    /// process's second that ended at that sweep is before the window (the
+    /// run that had 1.99 s of a 3 s window for a process sharing the CPU).
+    #[test]
+    fn the_busiest_others_time_is_that_of_the_findings_window() {
+        let mut s = settings();
+        s.cpu_starved.window = std::time::Duration::from_secs(3);
+        let mut d = CpuStarved::new(&s);
+        let mut facts = Facts::default();
+        facts.processes.insert((1, "server".into()), (7, 0));
+        let first = 100 * SEC + 200_000;
+        for (i, t) in [99 * SEC, first, 101 * SEC, 102 * SEC, 103 * SEC].into_iter().enumerate() {
+            let mut samples = vec![sample(2, "enc", "enc", &[(THREAD_ON_CPU, i as u64 * SEC / 2)])];
+            if t >= first {
+                let half = (t - first) / 2;
+                samples.push(sample(
+                    1,
+                    "server",
+                    "server",
+                    &[(THREAD_RUNQUEUE, half), (THREAD_ON_CPU, half)],
+                ));
+            }
+            d.sample(t, &samples, &mut facts, &mut |pid| u64::from(pid) + 1000);
+        }
+        let f = found(&d, 103 * SEC);
+        let crate::findings::Detail::CpuStarved(x) = &f[0].detail else { panic!("{f:?}") };
+        assert!((x.window_seconds - 2.9998).abs() < 1e-9, "{x:?}");
+        assert_eq!(x.busiest[0].cpu_seconds, 1.5, "three sweeps of enc's, not four: {x:?}");
     }
 
     #[test]
