@@ -639,8 +639,13 @@ impl Workload {
     /// Lets it run until it prints the line `last`: the lines it printed
     /// before it (it goes on running).
     pub fn go_until(&mut self, last: &str) -> Vec<String> {
-        let stdin = self.stdin.as_mut().expect("stdin");
-        stdin.write_all(b"g").and_then(|_| stdin.flush()).expect("go");
+        self.signal();
+        self.wait_for_line(last)
+    }
+
+    /// Reads what it prints until the line `last` (after a
+    /// [`Workload::signal`]): the lines before it.
+    pub fn wait_for_line(&mut self, last: &str) -> Vec<String> {
         let mut lines = Vec::new();
         loop {
             let mut line = String::new();

@@ -117,6 +117,8 @@ mod tests {
             churn_cycles = 3
             starved_share = 0.3
             starved_window = "20s"
+            gpu_wait_share = 0.8
+            gpu_wait_window = "30s"
             ignore_path = ["/tmp/*"]
             findings_window = "1h"
             max_findings = 50

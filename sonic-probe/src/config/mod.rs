@@ -16,7 +16,7 @@ use std::{net::SocketAddr, time::Duration};
 use crate::{
     config::options::{flag, RunArgs},
     error::{Error, Result},
-    findings::{cpu_starved, futex_stall, mmap_churn, repeated_open, small_reads, Settings},
+    findings::{cpu_starved, futex_stall, gpu_wait, mmap_churn, repeated_open, small_reads, Settings},
     probe::targets::Targets,
 };
 
@@ -170,6 +170,21 @@ fn findings_settings(a: &RunArgs) -> Result<Settings> {
             Ok(d)
         }
     };
+    // A share of a thread's time (cpu_starved, gpu_wait) and its window.
+    let share = |flag: &str, s: f64| {
+        if s > 0.0 && s <= 1.0 {
+            Ok(s)
+        } else {
+            Err(Error::usage(format!("{flag} {s}: must be above 0 and at most 1")))
+        }
+    };
+    let window = |flag: &str, w: Duration| {
+        if w >= Duration::from_secs(1) {
+            Ok(w)
+        } else {
+            Err(Error::usage(format!("{flag} {}: must be at least 1s", humantime::format_duration(w))))
+        }
+    };
     let large = given(a.large_map_threshold);
     if large == 0 {
         return Err(Error::usage(format!("{} 0: must be at least 1 byte", flag!(large_map_threshold))));
@@ -196,25 +211,12 @@ fn findings_settings(a: &RunArgs) -> Result<Settings> {
             cycles: at_least_one(&flag!(churn_cycles), given(a.churn_cycles))?,
         },
         cpu_starved: cpu_starved::Settings {
-            share: match given(a.starved_share) {
-                s if s > 0.0 && s <= 1.0 => s,
-                s => {
-                    return Err(Error::usage(format!(
-                        "{} {s}: must be above 0 and at most 1",
-                        flag!(starved_share)
-                    )))
-                }
-            },
-            window: match given(a.starved_window) {
-                w if w >= Duration::from_secs(1) => w,
-                w => {
-                    return Err(Error::usage(format!(
-                        "{} {}: must be at least 1s",
-                        flag!(starved_window),
-                        humantime::format_duration(w)
-                    )))
-                }
-            },
+            share: share(&flag!(starved_share), given(a.starved_share))?,
+            window: window(&flag!(starved_window), given(a.starved_window))?,
+        },
+        gpu_wait: gpu_wait::Settings {
+            share: share(&flag!(gpu_wait_share), given(a.gpu_wait_share))?,
+            window: window(&flag!(gpu_wait_window), given(a.gpu_wait_window))?,
         },
         ignore_paths: {
             let mut p = crate::findings::default_ignore_paths();
@@ -354,6 +356,9 @@ mod tests {
             &["--starved-share", "0"],
             &["--starved-share", "1.5"],
             &["--starved-window", "500ms"],
+            &["--gpu-wait-share", "0"],
+            &["--gpu-wait-share", "1.01"],
+            &["--gpu-wait-window", "999ms"],
             &["--stall-threshold", "0s"],
             &["--max-findings", "0"],
             &["--large-map-threshold", "0"],

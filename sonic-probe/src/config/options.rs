@@ -368,6 +368,20 @@ run_options! {
     #[serde(deserialize_with = "duration")]
     starved_window: Option<Duration> = "10s";
 
+    /// A request thread (as for --stall-thread) that spent at least this
+    /// share of its time over --gpu-wait-window waiting for the GPU (in
+    /// CUDA's synchronizes and synchronous copies, or an ioctl on a GPU
+    /// device: state gpu) is a gpu_wait finding: a number above 0, at
+    /// most 1.
+    #[arg(long, value_name = "SHARE")]
+    gpu_wait_share: Option<f64> = 0.5;
+
+    /// Window of --gpu-wait-share (at least 1s; findings come at the
+    /// earliest this long after a thread starts).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[serde(deserialize_with = "duration")]
+    gpu_wait_window: Option<Duration> = "10s";
+
     /// Paths (globs) never reported by repeated_open, small_reads and, as
     /// failing openat paths, syscall_errors; added to the defaults
     /// (/proc/*, /sys/*, /dev/*, /etc/ld.so.cache, *.so, *.so.*,

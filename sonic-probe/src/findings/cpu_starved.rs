@@ -315,7 +315,7 @@ pub struct CpuStarved {
     counts: Counts,
 }
 
-fn delta(a: &StateNs, b: &StateNs) -> StateNs {
+pub(super) fn delta(a: &StateNs, b: &StateNs) -> StateNs {
     let mut d = [0; sonic_probe_common::NR_THREAD_STATES as usize];
     for (i, x) in d.iter_mut().enumerate() {
         *x = b[i].saturating_sub(a[i]);
@@ -325,7 +325,7 @@ fn delta(a: &StateNs, b: &StateNs) -> StateNs {
 
 /// Drops the points before the one at or just before `oldest` (kept: the
 /// window's start).
-fn trim<T>(points: &mut VecDeque<T>, oldest: u64, t: impl Fn(&T) -> u64) {
+pub(super) fn trim<T>(points: &mut VecDeque<T>, oldest: u64, t: impl Fn(&T) -> u64) {
     while points.len() >= 2 && t(&points[1]) <= oldest {
         points.pop_front();
     }

@@ -34,6 +34,7 @@
 pub mod cpu_starved;
 pub mod files;
 pub mod futex_stall;
+pub mod gpu_wait;
 pub mod merge;
 pub mod mmap_churn;
 pub mod path_patterns;
@@ -177,8 +178,12 @@ pub trait Detector: Send {
     /// at `last_ns`; `cgroup` as [`Input::cgroup`].
     fn reopened(&mut self, _file: &KnownFile, _opens: u64, _last_ns: u64, _cgroup: u64, _ev: &mut Evictions) {
     }
+    /// The daemon's sweep read the GPU waits the uprobes counted, just
+    /// before the scheduler programs' totals (gpu_wait's input; see
+    /// [`crate::gpu::waits::GpuWaitSample`]).
+    fn gpu_waits(&mut self, _now_ns: u64, _waits: &[crate::gpu::waits::GpuWaitSample]) {}
     /// The daemon's sweep read the scheduler programs' totals
-    /// (cpu_starved's input; see [`crate::threads::ThreadSample`]).
+    /// (cpu_starved's and gpu_wait's input; see [`crate::threads::ThreadSample`]).
     fn thread_times(
         &mut self,
         _now_ns: u64,
@@ -300,6 +305,7 @@ detectors! {
     MmapChurn(mmap_churn),
     SyscallErrors(syscall_errors),
     CpuStarved(cpu_starved),
+    GpuWait(gpu_wait),
 }
 
 /// Thresholds and windows of every detector (flags; documented in README):
@@ -315,6 +321,7 @@ pub struct Settings {
     pub small_reads: small_reads::Settings,
     pub mmap_churn: mmap_churn::Settings,
     pub cpu_starved: cpu_starved::Settings,
+    pub gpu_wait: gpu_wait::Settings,
     /// Paths never reported by repeated_open, small_reads and (as failing
     /// openat paths) syscall_errors.
     pub ignore_paths: Vec<glob::Pattern>,
@@ -536,6 +543,14 @@ impl Engine {
         let cgroup = self.cgroups.get(&file.incarnation).copied().unwrap_or(0);
         for d in &mut self.detectors {
             d.reopened(&file, n, last_ns, cgroup, &mut self.evictions);
+        }
+    }
+
+    /// The sweep read the GPU waits' totals at `now_ns` (before its
+    /// [`Engine::thread_times`] of the same `now_ns`).
+    pub fn gpu_waits(&mut self, now_ns: u64, waits: &[crate::gpu::waits::GpuWaitSample]) {
+        for d in &mut self.detectors {
+            d.gpu_waits(now_ns, waits);
         }
     }
 

@@ -57,6 +57,37 @@ impl GpuWaitStore {
     }
 }
 
+/// One (workload cgroup, process name, api)'s waits as the kernel totals
+/// them (the gpu_wait detector's input; raw names and cgroup ids, as
+/// cpu_starved's [`crate::threads::ThreadSample`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuWaitSample {
+    pub cgroup: u64,
+    pub comm: String,
+    pub api: &'static str,
+    pub waits: u64,
+    pub total_ns: u64,
+}
+
+impl GpuWaitStore {
+    /// Every kernel entry with waits (an api's overflow entry has no name).
+    pub fn samples(&self) -> Vec<GpuWaitSample> {
+        self.map.iter().filter_map(|e| e.ok()).filter_map(|(k, v)| sample(&k, &v)).collect()
+    }
+}
+
+fn sample(k: &GpuWaitKey, v: &GpuWaitStats) -> Option<GpuWaitSample> {
+    let api = gpu_api(k.api)?;
+    let waits: u64 = v.latency.iter().sum();
+    (waits > 0).then(|| GpuWaitSample {
+        cgroup: k.cgroup,
+        comm: comm_str(&k.comm).to_string(),
+        api: api.name,
+        waits,
+        total_ns: v.total_ns,
+    })
+}
+
 /// Groups the kernel's entries by label; entries
 /// without waits are left out.
 pub fn group(

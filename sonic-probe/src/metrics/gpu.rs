@@ -37,7 +37,8 @@ pub const METRICS: &[MetricDef] = &[
 
 /// What the GPU families are built from.
 pub struct GpuSources {
-    pub waits: GpuWaitStore,
+    /// Shared with the findings' sweep (gpu_wait).
+    pub waits: Arc<GpuWaitStore>,
     pub libraries: Arc<LibraryCounts>,
 }
 

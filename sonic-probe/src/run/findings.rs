@@ -22,6 +22,7 @@ use sonic_probe_common::{
 use crate::{
     events::{Event, FileClosed, ProcessKind},
     findings::{self, DetectorMetrics, Engine, Finding, Settings, Shared, REOPEN_IDLE_NS},
+    gpu::waits::GpuWaitStore,
     metrics::probe::SweptMaps,
     os::{monotonic_ns, procfs},
     probe::{OpenFiles, ReopenCounts},
@@ -156,10 +157,15 @@ impl FindingsService {
     }
 
     /// The daemon's one-second tick, with the scheduler programs on: their
-    /// totals reach the detectors (cpu_starved), before the sweep prunes.
-    pub fn sweep_thread_times(&self, store: &ThreadTimeStore) {
+    /// totals reach the detectors (cpu_starved, gpu_wait), before the sweep
+    /// prunes; with the GPU probes on, the GPU waits' totals first.
+    pub fn sweep_thread_times(&self, store: &ThreadTimeStore, gpu: Option<&GpuWaitStore>) {
+        let waits = gpu.map(|g| g.samples());
         let samples = store.samples();
         let now = monotonic_ns();
+        if let Some(w) = &waits {
+            self.engine.lock().expect("engine lock").gpu_waits(now, w);
+        }
         let mut known = self.starved_pids.lock().expect("starved pids lock");
         let mut facts = HostFacts { workloads: &self.workloads, known: &mut known, store };
         self.engine.lock().expect("engine lock").thread_times(now, &samples, &mut facts);

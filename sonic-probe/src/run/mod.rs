@@ -264,17 +264,17 @@ async fn serve(
     let probe = Arc::new(Mutex::new(probe));
     let labels = Arc::new(Mutex::new(CommLabels::new(config.max_comms)));
     // GPU waits: the libraries the targets map now, then those they open.
-    let (gpu, gpu_candidates) = match gpu_waits {
+    let (gpu, gpu_candidates, gpu_store) = match gpu_waits {
         Some((map, helper)) => {
             let libraries = GpuLibraries::new(probe.clone(), helper, config.gpu_max_libraries);
             let counts = libraries.counts();
             let tx = libraries
                 .spawn(gpu_mapped.unwrap_or_default())
                 .context("cannot start the GPU probe thread")?;
-            let waits = GpuWaitStore::new(map, labels.clone(), workloads.clone());
-            (Some(GpuSources { waits, libraries: counts }), Some(tx))
+            let waits = Arc::new(GpuWaitStore::new(map, labels.clone(), workloads.clone()));
+            (Some(GpuSources { waits: waits.clone(), libraries: counts }), Some(tx), Some(waits))
         }
-        None => (None, None),
+        None => (None, None, None),
     };
     let consumer = tokio::spawn(consume(rx, pid_targets, findings.clone(), gpu_candidates));
 
@@ -313,7 +313,7 @@ async fn serve(
     registry
         .register(Box::new(ProcessCollector::for_self()))
         .context("cannot register the process metrics")?;
-    let sweeper = tokio::spawn(sweep_periodically(findings.clone(), threads));
+    let sweeper = tokio::spawn(sweep_periodically(findings.clone(), threads, gpu_store));
 
     http_state.set_ready();
     let comm_note = if config.targets.comms.is_empty() {
@@ -393,16 +393,20 @@ fn opened_gpu_library(c: &events::Call) -> Option<String> {
 /// exec'd or exited.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
-async fn sweep_periodically(findings: FindingsService, threads: Option<Arc<ThreadTimeStore>>) {
+async fn sweep_periodically(
+    findings: FindingsService,
+    threads: Option<Arc<ThreadTimeStore>>,
+    gpu: Option<Arc<GpuWaitStore>>,
+) {
     let mut tick = tokio::time::interval(SWEEP_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         let f = findings.clone();
-        let t = threads.clone();
+        let (t, g) = (threads.clone(), gpu.clone());
         let _ = tokio::task::spawn_blocking(move || {
             if let Some(t) = &t {
-                f.sweep_thread_times(t);
+                f.sweep_thread_times(t, g.as_deref());
             }
             f.sweep()
         })

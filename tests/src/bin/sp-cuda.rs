@@ -6,6 +6,9 @@
 //!
 //! `sp-cuda [--name NAME] [--ns-copy DIR] LIB SYMBOL:COUNT...`
 //!
+//! In that order; `sleep:MS` between them sleeps MS milliseconds (a
+//! process that synchronizes now and then).
+//!
 //! Steps, each after a go byte on stdin: print "ready"; (go) load LIB,
 //! print "loaded"; (go) make the calls, print "done"; (go) exit.
 //! --ns-copy DIR: first move to a mount namespace of its own, mount a
@@ -58,14 +61,13 @@ fn main() {
     if let Some(dir) = ns_copy {
         lib = copy_into_own_namespace(&lib, &dir);
     }
-    let calls: Vec<(CString, u64)> = args[1..]
+    // (symbol, count); no symbol: sleep count milliseconds.
+    let calls: Vec<(Option<CString>, u64)> = args[1..]
         .iter()
         .map(|a| {
             let (sym, n) = a.split_once(':').unwrap_or_else(|| die("a call is SYMBOL:COUNT"));
-            (
-                CString::new(sym).unwrap_or_else(|_| die("bad symbol")),
-                n.parse().unwrap_or_else(|_| die("bad count")),
-            )
+            let sym = (sym != "sleep").then(|| CString::new(sym).unwrap_or_else(|_| die("bad symbol")));
+            (sym, n.parse().unwrap_or_else(|_| die("bad count")))
         })
         .collect();
     say("ready");
@@ -77,9 +79,10 @@ fn main() {
         die(&format!("dlopen {lib} failed"));
     }
     type Call = unsafe extern "C" fn(usize, usize, usize, usize) -> i32;
-    let fns: Vec<(Call, u64)> = calls
+    let fns: Vec<(Option<Call>, u64)> = calls
         .iter()
         .map(|(sym, n)| {
+            let Some(sym) = sym else { return (None, *n) };
             // SAFETY: a symbol lookup in the handle just opened.
             let p = unsafe { libc::dlsym(handle, sym.as_ptr()) };
             if p.is_null() {
@@ -87,12 +90,16 @@ fn main() {
             }
             // SAFETY: CUDA's waiting calls take at most four integer or
             // pointer arguments and return an int status.
-            (unsafe { std::mem::transmute::<*mut libc::c_void, Call>(p) }, *n)
+            (Some(unsafe { std::mem::transmute::<*mut libc::c_void, Call>(p) }), *n)
         })
         .collect();
     say("loaded");
     go();
     for (f, n) in &fns {
+        let Some(f) = f else {
+            std::thread::sleep(std::time::Duration::from_millis(*n));
+            continue;
+        };
         for _ in 0..*n {
             // SAFETY: null arguments: the calls check them, or (the
             // stand-in) ignore them.
