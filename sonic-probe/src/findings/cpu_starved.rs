@@ -34,11 +34,13 @@ use prometheus::proto::{MetricFamily, MetricType::COUNTER};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    tally::Tally, DetailKind, Detector, DetectorCounts, Evictions, Input, LiveFile, Record, Registration,
+    tally::Tally,
+    thread_share::{self, delta, trim, Config, Found, Key},
+    DetailKind, Detector, DetectorCounts, Evictions, Input, LiveFile, Record, Registration,
 };
 use crate::{
     metrics::family::{def, Fold, MetricDef},
-    os::{cgroup_cpu::CpuThrottle, futex::is_request_thread},
+    os::cgroup_cpu::CpuThrottle,
     stats::labels::OTHER,
     threads::{StateNs, ThreadSample},
 };
@@ -187,9 +189,6 @@ impl DetectorCounts for Counts {
     }
 }
 
-/// (cgroup, process name, thread name).
-type Key = (u64, String, String);
-
 /// One sweep's totals of a key.
 #[derive(Debug, Clone, Copy)]
 struct Point {
@@ -261,45 +260,27 @@ struct Track {
     /// Its run-queue time per CPU.
     waited: PerCpu,
     /// The finding, while it lasts.
-    finding: Option<Found>,
+    finding: Option<Found<Detail>>,
 }
 
-#[derive(Debug, Clone)]
-struct Found {
-    pid: u32,
-    incarnation: u64,
-    first_ns: u64,
-    last_ns: u64,
-    detail: Detail,
-}
-
-/// What it is told by the options (findings::Settings).
-struct Config {
-    share: f64,
-    window_ns: u64,
-    /// Findings are dropped once not seen for this long.
-    keep_ns: u64,
-    max: usize,
-    threads: Vec<glob::Pattern>,
-    ignore_threads: Vec<glob::Pattern>,
-}
-
-impl Config {
-    fn new(s: &super::Settings) -> Self {
-        Config {
-            share: s.cpu_starved.share,
-            window_ns: (s.cpu_starved.window.as_nanos() as u64).max(1_000_000_000),
-            keep_ns: s.window.as_nanos() as u64,
-            max: s.max_findings,
-            threads: s.futex_stall.threads.clone(),
-            ignore_threads: s.futex_stall.ignore_threads.clone(),
-        }
+impl thread_share::Track for Track {
+    type Detail = Detail;
+    fn finding(&self) -> &Option<Found<Detail>> {
+        &self.finding
     }
-
-    fn is_request_thread(&self, comm: &str, thread: &str) -> bool {
-        // The main thread's name is the process name (tid == tgid below).
-        is_request_thread(u32::from(thread == comm), 1, thread, &self.threads, &self.ignore_threads)
+    fn finding_mut(&mut self) -> &mut Option<Found<Detail>> {
+        &mut self.finding
     }
+    fn last_ns(&self) -> Option<u64> {
+        self.points.back().map(|p| p.t_ns)
+    }
+    fn entries(&self) -> usize {
+        self.waited.entries()
+    }
+}
+
+fn config(s: &super::Settings) -> Config {
+    Config::new(s.cpu_starved.share, s.cpu_starved.window, s)
 }
 
 pub struct CpuStarved {
@@ -315,26 +296,10 @@ pub struct CpuStarved {
     counts: Counts,
 }
 
-pub(super) fn delta(a: &StateNs, b: &StateNs) -> StateNs {
-    let mut d = [0; sonic_probe_common::NR_THREAD_STATES as usize];
-    for (i, x) in d.iter_mut().enumerate() {
-        *x = b[i].saturating_sub(a[i]);
-    }
-    d
-}
-
-/// Drops the points before the one at or just before `oldest` (kept: the
-/// window's start).
-pub(super) fn trim<T>(points: &mut VecDeque<T>, oldest: u64, t: impl Fn(&T) -> u64) {
-    while points.len() >= 2 && t(&points[1]) <= oldest {
-        points.pop_front();
-    }
-}
-
 impl CpuStarved {
     pub fn new(s: &super::Settings) -> Self {
         CpuStarved {
-            cfg: Config::new(s),
+            cfg: config(s),
             tracks: HashMap::new(),
             busy: HashMap::new(),
             cpu_entries: 0,
@@ -505,19 +470,10 @@ impl CpuStarved {
                 _ => runq,
             };
             self.counts.starved_ns.add(&key.1, key.0, key.2.clone(), OTHER.to_string(), added);
-            match &mut track.finding {
-                Some(f) if f.incarnation == incarnation => {
-                    let count = f.detail.count + 1;
-                    let peak = f.detail.runqueue_share.max(share);
-                    f.detail = Detail { count, runqueue_share: peak, ..detail };
-                    f.last_ns = now_ns;
-                    f.pid = pid;
-                }
-                _ => {
-                    track.finding =
-                        Some(Found { pid, incarnation, first_ns: now_ns, last_ns: now_ns, detail })
-                }
-            }
+            thread_share::found(&mut track.finding, pid, incarnation, now_ns, detail, |earlier, detail| {
+                let peak = earlier.runqueue_share.max(share);
+                Detail { count: earlier.count + 1, runqueue_share: peak, ..detail }
+            });
         }
     }
 }
@@ -536,62 +492,17 @@ impl Detector for CpuStarved {
     }
 
     fn prune(&mut self, now_ns: u64, _live: &[LiveFile<'_>], ev: &mut Evictions) {
-        let oldest = now_ns.saturating_sub(self.cfg.keep_ns);
-        let window = now_ns.saturating_sub(self.cfg.window_ns);
-        for t in self.tracks.values_mut() {
-            if t.finding.as_ref().is_some_and(|f| f.last_ns < oldest) {
-                t.finding = None;
-            }
-        }
-        // Keys the sweeps no longer see (their slot's totals are kept by
-        // the kernel, so a key seen once is seen every sweep while the
-        // daemon runs: this drops only what a SIGHUP or a bound left).
-        let mut dropped = 0;
-        self.tracks.retain(|_, t| {
-            let keep = t.finding.is_some() || t.points.back().is_some_and(|p| p.t_ns >= window);
-            if !keep {
-                dropped += t.waited.entries();
-            }
-            keep
-        });
-        self.cpu_entries -= dropped;
-        let mut found: Vec<(u64, Key)> = self
-            .tracks
-            .iter()
-            .filter_map(|(k, t)| t.finding.as_ref().map(|f| (f.last_ns, k.clone())))
-            .collect();
-        if found.len() > self.cfg.max {
-            found.sort_by_key(|f| std::cmp::Reverse(f.0));
-            for (_, k) in found.drain(self.cfg.max..) {
-                if let Some(t) = self.tracks.get_mut(&k) {
-                    t.finding = None;
-                }
-                ev.add(DETECTOR.kind, "finding", 1);
-            }
-        }
+        let c = &self.cfg;
+        self.cpu_entries -=
+            thread_share::prune(&mut self.tracks, now_ns, c.keep_ns, c.window_ns, c.max, DETECTOR.kind, ev);
     }
 
     fn findings(&self, now_ns: u64, _live: &[LiveFile<'_>], out: &mut Vec<Record>) {
-        let oldest = now_ns.saturating_sub(self.cfg.keep_ns);
-        for ((cgroup, comm, _), t) in &self.tracks {
-            let Some(f) = &t.finding else { continue };
-            if f.last_ns < oldest {
-                continue;
-            }
-            out.push(Record {
-                detail: f.detail.clone().into(),
-                pid: f.pid,
-                incarnation: f.incarnation,
-                comm: comm.clone(),
-                cgroup: *cgroup,
-                first_ns: f.first_ns,
-                last_ns: f.last_ns,
-            });
-        }
+        thread_share::findings(&self.tracks, now_ns, self.cfg.keep_ns, out);
     }
 
     fn reconfigure(&mut self, s: &super::Settings) {
-        self.cfg = Config::new(s);
+        self.cfg = config(s);
     }
 
     fn counts(&self, _listed: &[Record]) -> Box<dyn DetectorCounts> {

@@ -36,14 +36,14 @@ use prometheus::proto::{MetricFamily, MetricType::COUNTER};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    cpu_starved::{delta, trim, Incarnations, ThreadFacts, ALIVE_SHARE},
+    cpu_starved::{Incarnations, ThreadFacts, ALIVE_SHARE},
     tally::Tally,
+    thread_share::{self, delta, trim, Config, Found, Key},
     DetailKind, Detector, DetectorCounts, Evictions, Input, LiveFile, Record, Registration,
 };
 use crate::{
     gpu::waits::GpuWaitSample,
     metrics::family::{def, Fold, MetricDef},
-    os::futex::is_request_thread,
     stats::labels::OTHER,
     threads::{StateNs, ThreadSample},
 };
@@ -157,9 +157,6 @@ impl DetectorCounts for Counts {
     }
 }
 
-/// (cgroup, process name, thread name).
-type Key = (u64, String, String);
-
 /// One sweep's totals of a process's waits: api -> (waits, ns).
 #[derive(Debug, Clone, Default, PartialEq)]
 struct ApiTotals(BTreeMap<&'static str, (u64, u64)>);
@@ -168,38 +165,24 @@ struct ApiTotals(BTreeMap<&'static str, (u64, u64)>);
 struct Track {
     /// (sweep time, its totals).
     points: VecDeque<(u64, StateNs)>,
-    finding: Option<Found>,
+    finding: Option<Found<Detail>>,
 }
 
-#[derive(Debug, Clone)]
-struct Found {
-    pid: u32,
-    incarnation: u64,
-    first_ns: u64,
-    last_ns: u64,
-    detail: Detail,
-}
-
-struct Config {
-    share: f64,
-    window_ns: u64,
-    keep_ns: u64,
-    max: usize,
-    threads: Vec<glob::Pattern>,
-    ignore_threads: Vec<glob::Pattern>,
-}
-
-impl Config {
-    fn new(s: &super::Settings) -> Self {
-        Config {
-            share: s.gpu_wait.share,
-            window_ns: (s.gpu_wait.window.as_nanos() as u64).max(1_000_000_000),
-            keep_ns: s.window.as_nanos() as u64,
-            max: s.max_findings,
-            threads: s.futex_stall.threads.clone(),
-            ignore_threads: s.futex_stall.ignore_threads.clone(),
-        }
+impl thread_share::Track for Track {
+    type Detail = Detail;
+    fn finding(&self) -> &Option<Found<Detail>> {
+        &self.finding
     }
+    fn finding_mut(&mut self) -> &mut Option<Found<Detail>> {
+        &mut self.finding
+    }
+    fn last_ns(&self) -> Option<u64> {
+        self.points.back().map(|p| p.0)
+    }
+}
+
+fn config(s: &super::Settings) -> Config {
+    Config::new(s.gpu_wait.share, s.gpu_wait.window, s)
 }
 
 pub struct GpuWait {
@@ -212,12 +195,7 @@ pub struct GpuWait {
 
 impl GpuWait {
     pub fn new(s: &super::Settings) -> Self {
-        GpuWait {
-            cfg: Config::new(s),
-            tracks: HashMap::new(),
-            waits: HashMap::new(),
-            counts: Counts::default(),
-        }
+        GpuWait { cfg: config(s), tracks: HashMap::new(), waits: HashMap::new(), counts: Counts::default() }
     }
 
     /// A sweep's waits: every (cgroup, process name, api)'s totals at `now_ns`.
@@ -284,10 +262,7 @@ impl GpuWait {
         let oldest = now_ns.saturating_sub(self.cfg.window_ns);
         let mut bound = Vec::new();
         for s in samples {
-            let main = u32::from(s.thread == s.comm);
-            if s.comm.is_empty()
-                || !is_request_thread(main, 1, &s.thread, &self.cfg.threads, &self.cfg.ignore_threads)
-            {
+            if s.comm.is_empty() || !self.cfg.is_request_thread(&s.comm, &s.thread) {
                 continue;
             }
             let key = (s.cgroup, s.comm.clone(), s.thread.clone());
@@ -331,19 +306,10 @@ impl GpuWait {
                 _ => gpu,
             };
             self.counts.bound_ns.add(&key.1, key.0, key.2.clone(), OTHER.to_string(), added);
-            match &mut track.finding {
-                Some(f) if f.incarnation == incarnation => {
-                    let count = f.detail.count + 1;
-                    let peak = f.detail.gpu_share.max(share);
-                    f.detail = Detail { count, gpu_share: peak, ..detail };
-                    f.last_ns = now_ns;
-                    f.pid = pid;
-                }
-                _ => {
-                    track.finding =
-                        Some(Found { pid, incarnation, first_ns: now_ns, last_ns: now_ns, detail })
-                }
-            }
+            thread_share::found(&mut track.finding, pid, incarnation, now_ns, detail, |earlier, detail| {
+                let peak = earlier.gpu_share.max(share);
+                Detail { count: earlier.count + 1, gpu_share: peak, ..detail }
+            });
         }
     }
 }
@@ -366,51 +332,16 @@ impl Detector for GpuWait {
     }
 
     fn prune(&mut self, now_ns: u64, _live: &[LiveFile<'_>], ev: &mut Evictions) {
-        let oldest = now_ns.saturating_sub(self.cfg.keep_ns);
-        let window = now_ns.saturating_sub(self.cfg.window_ns);
-        for t in self.tracks.values_mut() {
-            if t.finding.as_ref().is_some_and(|f| f.last_ns < oldest) {
-                t.finding = None;
-            }
-        }
-        self.tracks.retain(|_, t| t.finding.is_some() || t.points.back().is_some_and(|p| p.0 >= window));
-        let mut found: Vec<(u64, Key)> = self
-            .tracks
-            .iter()
-            .filter_map(|(k, t)| t.finding.as_ref().map(|f| (f.last_ns, k.clone())))
-            .collect();
-        if found.len() > self.cfg.max {
-            found.sort_by_key(|f| std::cmp::Reverse(f.0));
-            for (_, k) in found.drain(self.cfg.max..) {
-                if let Some(t) = self.tracks.get_mut(&k) {
-                    t.finding = None;
-                }
-                ev.add(DETECTOR.kind, "finding", 1);
-            }
-        }
+        let c = &self.cfg;
+        thread_share::prune(&mut self.tracks, now_ns, c.keep_ns, c.window_ns, c.max, DETECTOR.kind, ev);
     }
 
     fn findings(&self, now_ns: u64, _live: &[LiveFile<'_>], out: &mut Vec<Record>) {
-        let oldest = now_ns.saturating_sub(self.cfg.keep_ns);
-        for ((cgroup, comm, _), t) in &self.tracks {
-            let Some(f) = &t.finding else { continue };
-            if f.last_ns < oldest {
-                continue;
-            }
-            out.push(Record {
-                detail: f.detail.clone().into(),
-                pid: f.pid,
-                incarnation: f.incarnation,
-                comm: comm.clone(),
-                cgroup: *cgroup,
-                first_ns: f.first_ns,
-                last_ns: f.last_ns,
-            });
-        }
+        thread_share::findings(&self.tracks, now_ns, self.cfg.keep_ns, out);
     }
 
     fn reconfigure(&mut self, s: &super::Settings) {
-        self.cfg = Config::new(s);
+        self.cfg = config(s);
     }
 
     fn counts(&self, _listed: &[Record]) -> Box<dyn DetectorCounts> {

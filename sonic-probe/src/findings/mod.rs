@@ -44,6 +44,7 @@ pub mod small_reads;
 pub(crate) mod state;
 pub mod syscall_errors;
 pub mod tally;
+pub mod thread_share;
 
 use std::{
     any::Any,
