@@ -35,16 +35,19 @@ pub enum Role {
     Enter,
     /// Runs at every system call's exit (sys_exit).
     Exit,
-    /// Anything else (process fork/exec/exit): not on the per-call path.
+    /// Anything else (process fork/exec/exit, the scheduler's, the GPU
+    /// uprobes): not on the per-call path.
     Other,
 }
 
 /// The role of a program by its name: every tracer in the bench names its
 /// per-call programs `..._enter` / `..._exit` (floor_enter, minimal_exit,
 /// sys_enter, bpftrace's `sys_exit`); sonic-probe's `sched_process_exit`
-/// and `task_rename` are lifecycle, not per call.
+/// and `task_rename` are lifecycle, and its `gpu_enter_N` / `gpu_exit`
+/// uprobes on CUDA's waiting calls (loaded, attached only to a library
+/// a target maps), not per system call.
 pub fn role(name: &str) -> Role {
-    if name.contains("process") {
+    if name.contains("process") || name.starts_with("gpu_") {
         Role::Other
     } else if name.ends_with("enter") {
         Role::Enter
@@ -210,7 +213,14 @@ mod tests {
         for n in ["floor_exit", "minimal_exit", "sys_exit"] {
             assert_eq!(role(n), Role::Exit, "{n}");
         }
-        for n in ["sched_process_exit", "sched_process_fork", "sched_process_exec", "task_rename"] {
+        for n in [
+            "sched_process_exit",
+            "sched_process_fork",
+            "sched_process_exec",
+            "task_rename",
+            "gpu_exit",
+            "gpu_enter_1",
+        ] {
             assert_eq!(role(n), Role::Other, "{n}");
         }
     }
