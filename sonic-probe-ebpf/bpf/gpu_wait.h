@@ -43,8 +43,10 @@ static __always_inline void gpu_enter(__u32 api)
 		return;
 	}
 	__u64 now = bpf_ktime_get_ns();
-	/* Running until now: on CPU (the thread runs this). */
-	if (c->since_ns && c->state == SP_THREAD_ON_CPU) {
+	/* Running until now: on CPU (the thread runs this). A kernel that
+	 * preempts programs (preempt=full) may have switched the thread out
+	 * and in since now was read: its clock is then past now, and stays. */
+	if (c->since_ns && c->state == SP_THREAD_ON_CPU && now >= c->since_ns) {
 		clock_account(c, now);
 		c->since_ns = now;
 	}
@@ -82,8 +84,8 @@ static __always_inline void gpu_return(void)
 		return;
 	}
 	__u64 now = bpf_ktime_get_ns();
-	/* The GPU state until now (gpu_depth still 1). */
-	if (c->since_ns && c->state == SP_THREAD_ON_CPU) {
+	/* The GPU state until now (gpu_depth still 1); as in gpu_enter. */
+	if (c->since_ns && c->state == SP_THREAD_ON_CPU && now >= c->since_ns) {
 		clock_account(c, now);
 		c->since_ns = now;
 	}

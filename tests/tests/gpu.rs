@@ -241,9 +241,11 @@ fn a_wait_takes_its_known_time_and_is_the_threads_gpu_state() {
     let delta = |s: &str| state(&m, s) - state(&before, s);
     let every = || STATES.map(|s| format!("{s} {:.4}", delta(s))).join(", ");
     let (gpu, runqueue) = (delta("gpu"), delta("runqueue"));
-    // Never more than the kernel counts. (Less by a few ms at times: the
-    // kernel's run delay after some of the nanosleeps' wake-ups is gpu
-    // here: issue 32, open.)
+    // Never more than the kernel counts, which can be more: a wake-up that
+    // preempts the stand-in's spin starts the caller's run_delay at the
+    // wake-up (the kernel's clock is not read again until the switch),
+    // where the caller spun on, in state gpu, until the switch
+    // (docs/metrics.md, "Where threads' time goes").
     assert!(
         runqueue <= waited + 0.001,
         "runqueue {runqueue:.4} s, the kernel's schedstat {waited:.4} s; every state: {} {TIMING}",

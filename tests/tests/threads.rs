@@ -6,6 +6,7 @@
 //! around its blocking calls, and every state of a thread adding up to its
 //! life.
 
+use sonic_probe::threads::STATES;
 use sonic_probe_tests::{privileged, schedstat, unique_name, Daemon, Metrics, Workload};
 
 const THREAD_SECONDS: &str = "sonic_probe_thread_seconds_total";
@@ -183,6 +184,79 @@ fn on_cpu_and_runqueue_time_are_the_kernels_own() {
     }
     assert_eq!(m.sum("sonic_probe_events_dropped_total", &[("stage", "thread_clock")]), 0.0);
     assert_eq!(m.sum("sonic_probe_aggregation_overflow_total", &[("map", "thread_time_slots")]), 0.0);
+}
+
+/// A thread woken from each of its sleeps waits in the run queue until it
+/// runs, from its wake-up to its switch: `sp-workload woken` has "napper"
+/// (nice 19) sleep 100 x 10 ms on CPU 0, which "hog" (nice 0) keeps busy,
+/// so that after each wake-up it waits for the hog's slice to end (it
+/// never preempts the hog). The oracles are the thread's own clock (each
+/// nanosleep returns late by its wait for the CPU, and by little else: a
+/// timer slack of 1 ns, the timer interrupt's latency and the call's own
+/// instructions on CPU) and the kernel's run_delay. (The kernel's split of
+/// a wake-up that does preempt is not this one's: its clock is not read
+/// again between that wake-up and the switch, so that the woken thread's
+/// wait is its time on CPU there and the preempted thread's last stretch
+/// on CPU its wait; ours are at the switch. That is why this thread never
+/// preempts.)
+#[test]
+fn a_woken_thread_waits_in_the_run_queue_until_it_runs() {
+    if !privileged("a_woken_thread_waits_in_the_run_queue_until_it_runs") {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const NAPS: f64 = 100.0;
+    let comm = unique_name("spw");
+    let mut w = Workload::start(Some(&comm), &["woken", "100", "10"]);
+    let d = Daemon::start(&["--pid", &w.pid().to_string()]);
+    let pid = w.pid();
+    let named = w.go_until("named");
+    let tid: u32 = named
+        .iter()
+        .find_map(|l| l.strip_prefix("thread napper "))
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no napper: {named:?}"));
+    let states = |m: &Metrics| STATES.map(|s| state_s(m, &comm, "napper", s));
+    wait_blocked_in_read(pid, tid);
+    let (m0, kernel0) = (d.metrics(), schedstat(pid, tid));
+    let lines = w.go_until("parked");
+    wait_blocked_in_read(pid, tid);
+    let (m1, kernel1) = (d.metrics(), schedstat(pid, tid));
+    let line = lines.iter().find(|l| l.starts_with("thread napper ")).expect("the napper's line");
+    let f: Vec<u64> = line.split_whitespace().skip(2).filter_map(|v| v.parse().ok()).collect();
+    let (life, late) = ((f[2] - f[1]) as f64 / 1e9, f[3] as f64 / 1e9);
+    let (before, after) = (states(&m0), states(&m1));
+    let delta = |s: &str| {
+        let i = STATES.iter().position(|x| *x == s).expect("a state");
+        after[i] - before[i]
+    };
+    let every = STATES.map(|s| format!("{s} {:.4}", delta(s))).join(", ");
+    let (runqueue, on_cpu, sleep) = (delta("runqueue"), delta("on_cpu"), delta("sleep"));
+    let kernel = (kernel1.0 - kernel0.0, kernel1.1 - kernel0.1);
+    eprintln!(
+        "napper: {every}; it returned {late:.4} s late in {life:.4} s; kernel on_cpu {:.4} runqueue {:.4}",
+        kernel.0, kernel.1
+    );
+    // It did wait: about a slice of the hog's after each wake-up.
+    assert!(runqueue >= NAPS * 0.0005, "runqueue {runqueue:.4} s after 100 wake-ups behind a hog; {every}");
+    // Never more than the thread's own lateness, and no less than that
+    // but its time on CPU and a timer's latency per sleep (0.1 ms; under
+    // qemu's TCG, whose timers fire late, 1 ms).
+    let timer = if std::env::var_os("SONIC_PROBE_UNDER_TCG").is_some() { 0.001 } else { 0.0001 };
+    assert!(
+        runqueue <= late + 0.0005 && runqueue >= late - on_cpu - NAPS * timer,
+        "runqueue {runqueue:.4} s, the napper returned {late:.4} s late ({on_cpu:.4} s on CPU); {every} {}",
+        sonic_probe_tests::TIMING
+    );
+    assert_close("napper runqueue", runqueue, kernel.1, 0.002);
+    assert_close("napper on_cpu", on_cpu, kernel.0, 0.002);
+    // The sleeps themselves: 100 x 10 ms, and a timer's latency each.
+    assert!(
+        sleep >= NAPS * 0.01 && sleep <= NAPS * (0.01 + timer),
+        "sleep {sleep:.4} s of 100 x 10 ms in a loop of {life:.4} s; {every} {}",
+        sonic_probe_tests::TIMING
+    );
+    assert_eq!(m1.sum("sonic_probe_events_dropped_total", &[("stage", "thread_clock")]), 0.0);
 }
 
 /// Threads blocked for known times, each in one kind of call: the time

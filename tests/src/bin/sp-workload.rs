@@ -44,6 +44,17 @@
 //!                              s, prints "thread NAME TID START_NS END_NS"
 //!                              (CLOCK_MONOTONIC) and blocks again; then
 //!                              "parked", and it exits at the next byte
+//!   woken NAPS MS              threads hog (nice 0) and napper (nice 19,
+//!                              timer slack 1 ns) pinned to CPU 0: "thread
+//!                              napper TID", "named"; at the next byte on
+//!                              stdin the hog spins until the napper has
+//!                              slept NAPS x MS ms in nanosleep, each sleep
+//!                              followed by a wait for the hog's slice to
+//!                              end; then "thread napper TID START_NS END_NS
+//!                              LATE_NS" (LATE_NS: how much later than asked
+//!                              its sleeps returned, and how long after the
+//!                              go it started), both block, "parked", and
+//!                              it exits at the next byte
 //!   spin CPU SECS              the main thread, pinned to CPU (a number,
 //!                              or "any" for no pinning), spins SECS s
 //!                              after the go signal, prints "done" and
@@ -326,6 +337,79 @@ fn cpu(secs: u64) {
     unsafe { libc::read(0, b.as_mut_ptr().cast(), 1) };
 }
 
+/// Mode woken: see the usage.
+fn woken(naps: u64, ms: u64) {
+    use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::SeqCst};
+    static DONE: AtomicBool = AtomicBool::new(false);
+    static NAPPER: AtomicU32 = AtomicU32::new(0);
+    static GO_NS: AtomicU64 = AtomicU64::new(0);
+    let (mut start, mut park) = ([-1; 2], [-1; 2]);
+    // SAFETY: pipes into our own arrays; nobody ever writes park.
+    unsafe {
+        libc::pipe(start.as_mut_ptr());
+        libc::pipe(park.as_mut_ptr());
+    }
+    let (start_fd, park_fd) = (start[0], park[0]);
+    let wait_on = |fd: i32| {
+        let mut b = [0u8; 1];
+        // SAFETY: a blocking read of our own pipe into a local buffer.
+        unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) };
+    };
+    std::thread::spawn(move || {
+        name_thread("hog");
+        pin_to(0);
+        wait_on(start_fd);
+        while !DONE.load(SeqCst) {
+            std::hint::spin_loop();
+        }
+        wait_on(park_fd);
+    });
+    let (line_tx, line_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        name_thread("napper");
+        pin_to(0);
+        let tid = gettid();
+        // SAFETY: this thread's own nice value (a tid is a "process" here)
+        // and timer slack (so that a sleep returns late only by its waits).
+        unsafe {
+            libc::setpriority(libc::PRIO_PROCESS, tid, 19);
+            libc::prctl(libc::PR_SET_TIMERSLACK, 1u64);
+        }
+        NAPPER.store(tid, SeqCst);
+        wait_on(start_fd);
+        let begin = monotonic_ns();
+        let mut late = begin - GO_NS.load(SeqCst);
+        let nap = libc::timespec { tv_sec: (ms / 1000) as i64, tv_nsec: ((ms % 1000) * 1_000_000) as i64 };
+        for _ in 0..naps {
+            let t = monotonic_ns();
+            // SAFETY: a plain nanosleep.
+            unsafe { libc::nanosleep(&nap, std::ptr::null_mut()) };
+            late += (monotonic_ns() - t).saturating_sub(ms * 1_000_000);
+        }
+        let end = monotonic_ns();
+        DONE.store(true, SeqCst);
+        let _ = line_tx.send(format!("thread napper {tid} {begin} {end} {late}"));
+        wait_on(park_fd);
+    });
+    while NAPPER.load(SeqCst) == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    println!("thread napper {}", NAPPER.load(SeqCst));
+    println!("named");
+    let mut b = [0u8; 1];
+    // SAFETY: reading one byte of stdin, writing two into our own pipe.
+    unsafe {
+        libc::read(0, b.as_mut_ptr().cast(), 1);
+        GO_NS.store(monotonic_ns(), SeqCst);
+        libc::write(start[1], b"xy".as_ptr().cast(), 2);
+    }
+    let line = line_rx.recv().unwrap_or_else(|_| die("napper ended"));
+    println!("{line}");
+    println!("parked");
+    // SAFETY: reading one byte into a local buffer.
+    unsafe { libc::read(0, b.as_mut_ptr().cast(), 1) };
+}
+
 /// Mode blocked: see the usage.
 fn blocked(slow_file: Option<std::fs::File>) {
     use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
@@ -508,6 +592,7 @@ fn main() {
             (0, 0, 0, 0)
         }
         "cpu" => (0, 0, num(1), 0),
+        "woken" => (0, 0, num(1), num(2)),
         "spin" => {
             if args.get(1).map(String::as_str) != Some("any") {
                 pin_to(num(1) as usize);
@@ -874,6 +959,7 @@ fn main() {
         },
         "stall" => stall(args.get(1).map(String::as_str).unwrap_or(""), wait_ms),
         "cpu" => cpu(reads),
+        "woken" => woken(reads, wait_ms),
         "spin" => spin(wait_ms),
         "blocked" => blocked(slow_file),
         _ => {}
