@@ -70,6 +70,9 @@ shared_consts! {
     /// Ring buffer event: a regular file opened while watched was closed,
     /// with what was read through it (struct file_close_event).
     pub const EVENT_FILE_CLOSE: u32 = 6;
+    /// Ring buffer event: a waiting call of CUDA's (gpu_apis) that lasted
+    /// at least slow_call_ns (struct gpu_wait_event).
+    pub const EVENT_GPU_WAIT: u32 = 7;
 
     /// Why a call was sent: it carries a path read at entry (openat).
     pub const EMIT_PATH: u16 = 1;
@@ -135,8 +138,11 @@ shared_consts! {
     /// Counter: a GPU wait not counted: no scheduler clock for its thread,
     /// or gpu_waits full without its overflow entry.
     pub const COUNTER_DROP_GPU_WAITS: u32 = 13;
+    /// counters index: GPU waits not entered in gpu_waiting, the map was
+    /// full (no stack capture for them).
+    pub const COUNTER_DROP_GPU_WAITING: u32 = 14;
     /// Number of COUNTER_* indices.
-    pub const NR_COUNTERS: u32 = 14;
+    pub const NR_COUNTERS: u32 = 15;
 
     /// max_entries of target_processes.
     pub const MAX_TARGET_PROCESSES: u32 = 65536;
@@ -199,6 +205,9 @@ shared_consts! {
     /// tgid) are entered: the only request threads without --stall-thread,
     /// so that worker threads' waits pay nothing for the captures.
     pub const INFLIGHT_MAIN_THREADS: u32 = 1;
+    /// max_entries of gpu_waiting: GPU waits of target threads in progress
+    /// at once, host-wide (with --stack-captures on).
+    pub const MAX_GPU_WAITING: u32 = 1024;
     /// probe_config.inflight_waits: the waits of every target thread (with
     /// --stall-thread, whose names user space matches).
     pub const INFLIGHT_ALL_THREADS: u32 = 2;

@@ -419,6 +419,29 @@ shared_struct! {
 }
 
 shared_struct! {
+    /// Value of gpu_waiting (key: the thread id): a GPU wait of a target
+    /// thread in progress (the outermost of CUDA's waiting calls), entered
+    /// at its uprobe and deleted at its return (or the thread's exit), with
+    /// the user registers at the function's entry, from which its native
+    /// stack is unwound while it waits (`run --stack-captures`).
+    pub struct GpuWaiting as "gpu_waiting" {
+        pub tgid: u32,
+        pub tid: u32,
+        /// The call's entry (its gpu_wait_event's header.time_ns).
+        pub start_ns: u64,
+        /// Its api (an index of gpu_apis' table).
+        pub api: u32,
+        pub _pad: u32,
+        /// User instruction pointer: the function's first instruction.
+        pub ip: u64,
+        /// User stack pointer (the return address on top).
+        pub sp: u64,
+        /// User frame pointer (rbp).
+        pub bp: u64,
+    }
+}
+
+shared_struct! {
     /// Key of file_classes: a file-name extension, lower case, no dot.
     pub struct ExtKey as "ext_key" {
         pub ext: [u8; 16],
@@ -504,6 +527,23 @@ shared_struct! {
 }
 
 shared_struct! {
+    /// A GPU wait that lasted at least slow_call_ns (EVENT_GPU_WAIT):
+    /// header.time_ns is the call's entry.
+    pub struct GpuWaitEvent as "gpu_wait_event" {
+        pub header: EventHeader,
+        /// Its api (an index of gpu_apis' table).
+        pub api: u32,
+        pub _pad: u32,
+        /// From entry to return in nanoseconds.
+        pub duration_ns: u64,
+        /// Name of the waiting thread.
+        pub thread_comm: [u8; 16],
+        /// Name of the thread-group leader.
+        pub process_comm: [u8; 16],
+    }
+}
+
+shared_struct! {
     /// Process lifecycle (EVENT_PROCESS_EXEC / FORK / EXIT).
     pub struct ProcessEvent as "process_event" {
         pub header: EventHeader,
@@ -533,6 +573,7 @@ pub(crate) fn write_c_structs(out: &mut String) {
     write_struct::<FutexWakeRing>(out);
     write_struct::<FutexWordKey>(out);
     write_struct::<InflightWait>(out);
+    write_struct::<GpuWaiting>(out);
     write_struct::<ExtKey>(out);
     write_struct::<ThreadTimeKey>(out);
     write_struct::<ThreadTimes>(out);
@@ -544,6 +585,7 @@ pub(crate) fn write_c_structs(out: &mut String) {
     write_struct::<SyscallPathEvent>(out);
     write_struct::<ProcessEvent>(out);
     write_struct::<FileCloseEvent>(out);
+    write_struct::<GpuWaitEvent>(out);
 }
 
 // The sizes the ring buffer reader relies on. The programs and the daemon
@@ -552,6 +594,8 @@ const _: () = assert!(core::mem::size_of::<EventHeader>() == 32);
 const _: () = assert!(core::mem::size_of::<SyscallEvent>() == 192);
 const _: () = assert!(core::mem::size_of::<SyscallPathEvent>() == 192 + PATH_CAP);
 const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 56);
+const _: () = assert!(core::mem::size_of::<GpuWaitEvent>() == 80);
+const _: () = assert!(core::mem::size_of::<GpuWaiting>() == 48);
 const _: () = assert!(core::mem::size_of::<FutexWakeRing>() == 8 + 40 * FUTEX_WAKE_SLOTS as usize);
 const _: () = assert!(core::mem::size_of::<SyscallStats>() == 8 * (7 + LATENCY_BUCKETS + SIZE_BUCKETS));
 const _: () = assert!(core::mem::size_of::<StatsKey>() == 32);

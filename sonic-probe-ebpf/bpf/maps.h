@@ -232,6 +232,16 @@ struct {
 	__type(value, struct inflight_wait);
 } futex_waiting SEC(".maps");
 
+/* tid -> the GPU wait it is in now (gpu_wait.h), with the same
+ * probe_config.inflight_waits: the daemon captures the Python line that
+ * waits, while it waits. Preallocated, as gpu_waits. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_MAX_GPU_WAITING);
+	__type(key, __u32);
+	__type(value, struct gpu_waiting);
+} gpu_waiting SEC(".maps");
+
 /* ---- where watched threads' time goes (thread_time.h) */
 
 /* Each thread's scheduler clock: task storage, or a hash keyed by thread

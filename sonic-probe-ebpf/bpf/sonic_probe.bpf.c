@@ -328,8 +328,12 @@ int BPF_PROG(sched_process_exit, struct task_struct *p)
 	{
 		/* A thread that exits in a futex wait never reaches its sys_exit. */
 		struct probe_config *c = get_config();
-		if (c && c->inflight_waits)
+		if (c && c->inflight_waits) {
 			inflight_exit(p->pid);
+			/* Or in a GPU wait (a thread ended from another). */
+			__u32 tid = p->pid;
+			bpf_map_delete_elem(&gpu_waiting, &tid);
+		}
 	}
 	/* The rest only for the last thread of a process: signal->live
 	 * already dropped to 0. */
@@ -390,7 +394,7 @@ int BPF_PROG(sched_wakeup_new, struct task_struct *p)
 	SEC("uprobe")                       \
 	int gpu_enter_##id(struct pt_regs *ctx) \
 	{                                   \
-		gpu_enter(id);              \
+		gpu_enter(ctx, id);         \
 		return 0;                   \
 	}
 SP_GPU_APIS(SP_GPU_ENTER)

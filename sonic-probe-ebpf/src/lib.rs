@@ -220,4 +220,6 @@ pub mod maps {
     pub const THREAD_CLOCKS: &str = "thread_clocks";
     /// Per-CPU hash of GPU waits per (workload, process name, api).
     pub const GPU_WAITS: &str = "gpu_waits";
+    /// GPU waits of targets in progress (with stack captures on).
+    pub const GPU_WAITING: &str = "gpu_waiting";
 }

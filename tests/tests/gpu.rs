@@ -262,41 +262,76 @@ fn a_wait_takes_its_known_time_and_is_the_threads_gpu_state() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The gpu_wait finding: a request loop that synchronizes every step (the
-/// stand-in's cuStreamSynchronize, 50 ms each, back to back) is found with
-/// its call and its known rate; one that synchronizes once a second is
-/// not, though each of its waits is counted.
+/// A Python request loop (tests/workloads/gpu_loop.py) calling `lib`'s
+/// cuStreamSynchronize in infer(), named `name`, stopped at "ready".
+fn python_loop(name: &str, lib: &Path, steps: &[&str]) -> Workload {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/gpu_loop.py");
+    let mut c = Command::new("/usr/bin/python3");
+    c.arg(script).arg(name).arg(lib);
+    Workload::start_command(c, None, steps)
+}
+
+/// The line of gpu_loop.py that synchronizes (the oracle of the finding's
+/// Python frame: the file itself).
+fn sync_line() -> u64 {
+    let script = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/gpu_loop.py"))
+        .expect("gpu_loop.py");
+    1 + script.lines().position(|l| l.ends_with("# sp-sync-line")).expect("the marked line") as u64
+}
+
+/// The gpu_wait finding, with the line that waited (--stack-captures on):
+/// a Python request loop that synchronizes every step (the stand-in's
+/// cuStreamSynchronize, 50 ms each, back to back) is found with its call,
+/// its known rate and infer()'s line (its stack read at a later wait, a
+/// short one); a single wait of 1.5 s (past --stall-threshold 1s, 75 % of
+/// the window: below --gpu-wait-share 0.9) is found as one, with the line
+/// read while it lasted; one that synchronizes once a second is not,
+/// though each of its waits is counted.
 #[test]
-fn a_sync_bound_loop_is_a_gpu_wait_finding_and_a_rare_sync_is_not() {
-    if !privileged("a_sync_bound_loop_is_a_gpu_wait_finding_and_a_rare_sync_is_not") {
+fn a_sync_bound_loop_and_a_long_wait_are_gpu_wait_findings_with_their_line() {
+    if !privileged("a_sync_bound_loop_and_a_long_wait_are_gpu_wait_findings_with_their_line") {
         return;
     }
     let dir = std::env::temp_dir().join(format!("sp-gpu-finding-{}", std::process::id()));
     let lib = stand_in(&dir);
-    let (bound, rare) = ("spgpu-bound", "spgpu-rare");
+    let driver = dir.join("libcuda.so.1");
+    let (bound, long, rare) = ("spgpu-bound", "spgpu-long", "spgpu-rare");
     let d = Daemon::start(&[
         "--stack-captures",
-        "off",
+        "on",
         "--comm",
         bound,
+        "--comm",
+        long,
         "--comm",
         rare,
         "--gpu-wait-window",
         "2s",
+        "--gpu-wait-share",
+        "0.9",
+        "--stall-threshold",
+        "1s",
     ]);
-    let mut b = caller(bound, &lib, &["cuStreamSynchronize:80"], None);
+    let mut b = python_loop(bound, &driver, &["sync:100:50"]);
+    let mut l = python_loop(long, &driver, &["sleep:2000", "sync:1:1500", "sleep:1500"]);
     let once_a_second = ["cuStreamSynchronize:1", "sleep:950"].repeat(4);
     let mut r = caller(rare, &lib, &once_a_second, None);
-    b.go_until("loaded");
-    r.go_until("loaded");
+    for w in [&mut b, &mut l, &mut r] {
+        w.go_until("loaded");
+    }
     wait_attached(&d, 2.0);
-    b.signal();
-    r.signal();
-    for w in [&mut b, &mut r] {
+    for w in [&mut b, &mut l, &mut r] {
+        w.signal();
+    }
+    for w in [&mut b, &mut l, &mut r] {
         w.wait_for_line("done");
     }
     let findings = d.findings();
     let of = |comm: &str| findings.iter().find(|f| f["kind"] == "gpu_wait" && f["comm"] == comm);
+    let line = sync_line();
+    let python_frame = |f: &serde_json::Value| {
+        f["stack"].as_array().and_then(|s| s.iter().find(|fr| fr["kind"] == "python")).cloned()
+    };
     let f = of(bound).unwrap_or_else(|| panic!("no gpu_wait of {bound}: {findings:#?}"));
     assert_eq!(f["thread"], bound, "{f:#}");
     // Back to back: all of its time but the loop's own.
@@ -309,6 +344,36 @@ fn a_sync_bound_loop_is_a_gpu_wait_finding_and_a_rare_sync_is_not() {
     assert!(seconds / waits >= 0.05 && seconds / waits <= 0.06, "{f:#}");
     let per_second = a["waits_per_second"].as_f64().unwrap();
     assert!((15.0..=20.5).contains(&per_second), "{f:#}");
+    assert!(f.get("longest_wait").is_none(), "no wait of 1 s: {f:#}");
+    let fr = python_frame(f).unwrap_or_else(|| panic!("no Python frame: {f:#}"));
+    assert_eq!((fr["function"].as_str(), fr["line"].as_u64()), (Some("infer"), Some(line)), "{f:#}");
+    // What `sonic-probe findings` says of it leads with that line.
+    let o = Command::new(sonic_probe_tests::sonic_probe_bin())
+        .args(["findings", "--url", &format!("http://{}", d.addr)])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&o.stdout);
+    let said = format!("infer() at gpu_loop.py:{line}: thread {bound} waits for the GPU");
+    assert!(table.contains(&said), "{said:?} not in:\n{table}");
+
+    let f = of(long).unwrap_or_else(|| panic!("no gpu_wait of {long}: {findings:#?}"));
+    let w = &f["longest_wait"];
+    assert_eq!(
+        (w["api"].as_str(), w["tid"].as_u64()),
+        (Some("cuStreamSynchronize"), Some(l.pid() as u64)),
+        "{f:#}"
+    );
+    let secs = w["seconds"].as_f64().unwrap();
+    assert!((1.5..1.6).contains(&secs), "the stand-in's wait takes 1.5 s {TIMING}: {f:#}");
+    // Its thread's GPU time, from the sweeps after it (a blocked thread's
+    // time is accounted when it wakes): the 1.5 s, of the window's time
+    // (2 s, up to a sweep's more).
+    let (gpu, window) = (f["gpu_seconds"].as_f64().unwrap(), f["window_seconds"].as_f64().unwrap());
+    assert!((1.5..1.6).contains(&gpu) && (2.0..3.1).contains(&window), "{f:#}");
+    assert!((f["gpu_share"].as_f64().unwrap() - gpu / window).abs() < 1e-6, "{f:#}");
+    let fr = python_frame(f).unwrap_or_else(|| panic!("no Python frame: {f:#}"));
+    assert_eq!((fr["function"].as_str(), fr["line"].as_u64()), (Some("infer"), Some(line)), "{f:#}");
+
     assert!(of(rare).is_none(), "5 % of its time is no gpu_wait: {findings:#?}");
     assert_eq!(count(&d.metrics(), rare, "cuStreamSynchronize"), 4);
     drop(d);

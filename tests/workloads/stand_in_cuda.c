@@ -5,8 +5,9 @@
  * resolution and exact counts).
  *
  * Built as libcuda.so.1 (the driver API): cuStreamSynchronize blocks in
- * nanosleep for SP_BLOCK_MS (a wait with blocking sync: the thread sleeps
- * in the kernel), cuCtxSynchronize spins on the CPU for SP_SPIN_MS (CUDA's
+ * nanosleep for SP_BLOCK_MS, or for as many milliseconds as its stream
+ * argument's value when it is not null (a wait with blocking sync: the
+ * thread sleeps in the kernel), cuCtxSynchronize spins on the CPU for SP_SPIN_MS (CUDA's
  * default: the thread spins in the library). Built with -DSP_RUNTIME as
  * libcudart.so.12 linked to it: cudaDeviceSynchronize calls
  * cuCtxSynchronize, as the real runtime calls the driver (one wait, the
@@ -20,8 +21,8 @@
 #ifndef SP_RUNTIME
 int cuStreamSynchronize(void *stream)
 {
-	struct timespec ts = { 0, SP_BLOCK_MS * 1000000L };
-	(void)stream;
+	long ms = stream ? (long)stream : SP_BLOCK_MS;
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
 	nanosleep(&ts, 0);
 	return 0;
 }

@@ -300,7 +300,8 @@ run_options! {
     ringbuf_size: Option<u64> = "4MiB";
 
     /// Futex waits of a request thread lasting at least this long are
-    /// stalls (the futex_stall finding; see README, diagnoses).
+    /// stalls (the futex_stall finding; see README, diagnoses); a single
+    /// GPU wait this long is a gpu_wait finding.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     #[serde(deserialize_with = "duration")]
     stall_threshold: Option<Duration> = "1s";
@@ -317,8 +318,9 @@ run_options! {
 
     /// While a request thread's futex wait lasts past --stall-threshold,
     /// read the stacks of its process (the Python frames of every thread,
-    /// the native stack of the waiting thread) into the futex_stall finding:
-    /// on or off. On keeps CAP_SYS_PTRACE after attach (reading another
+    /// the native stack of the waiting thread) into the futex_stall finding
+    /// (and, for the gpu_wait finding, during a GPU wait: the line that
+    /// waits): on or off. On keeps CAP_SYS_PTRACE after attach (reading another
     /// process's memory needs it). Read at start only.
     #[arg(long, value_name = "on/off")]
     stack_captures: Option<OnOff> = "on";

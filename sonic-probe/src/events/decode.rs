@@ -2,15 +2,16 @@
 //!
 //! Kinds are fixed numbers (sonic-probe-common); an unknown kind, a record
 //! shorter than its kind's structure, an unknown syscall index or a path
-//! length beyond the capture size is a decode error (counted, never a
+//! length beyond the capture size (or an unknown GPU api) is a decode error (counted, never a
 //! panic), so a mismatched program can't make the daemon misread memory.
 
 use sonic_probe_common::{
-    syscalls, EventHeader, ProcessEvent, SharedStruct, SyscallEvent, SyscallPathEvent, EVENT_FILE_CLOSE,
-    EVENT_PROCESS_EXEC, EVENT_PROCESS_EXIT, EVENT_PROCESS_FORK, EVENT_SYSCALL, EVENT_SYSCALL_PATH, PATH_CAP,
+    gpu_apis::gpu_api, syscalls, EventHeader, GpuWaitEvent, ProcessEvent, SharedStruct, SyscallEvent,
+    SyscallPathEvent, EVENT_FILE_CLOSE, EVENT_GPU_WAIT, EVENT_PROCESS_EXEC, EVENT_PROCESS_EXIT,
+    EVENT_PROCESS_FORK, EVENT_SYSCALL, EVENT_SYSCALL_PATH, PATH_CAP,
 };
 
-use super::{Call, Event, FileClosed, ProcessChange, ProcessKind};
+use super::{Call, Event, FileClosed, GpuWaitEnd, ProcessChange, ProcessKind};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
@@ -24,6 +25,8 @@ pub enum DecodeError {
     UnknownSyscall(u16),
     #[error("path length {0} exceeds the capture size")]
     BadPathLength(u16),
+    #[error("unknown GPU api {0}")]
+    UnknownGpuApi(u32),
 }
 
 /// Copies a `T` out of the front of `buf` after checking its length.
@@ -72,6 +75,11 @@ pub fn decode(buf: &[u8]) -> Result<Event, DecodeError> {
             Ok(Event::Process(ProcessChange { kind, raw }))
         }
         EVENT_FILE_CLOSE => Ok(Event::FileClosed(FileClosed { raw: read(buf, kind)? })),
+        EVENT_GPU_WAIT => {
+            let raw: GpuWaitEvent = read(buf, kind)?;
+            gpu_api(raw.api).ok_or(DecodeError::UnknownGpuApi(raw.api))?;
+            Ok(Event::GpuWait(GpuWaitEnd { raw }))
+        }
         other => Err(DecodeError::UnknownKind(other)),
     }
 }
@@ -126,6 +134,25 @@ mod tests {
         let Event::FileClosed(f) = decode(ev.as_bytes()).unwrap() else { panic!() };
         assert_eq!((f.tgid(), f.fd(), f.raw.file.small_reads), (5, 9, 64));
         assert!(decode(&ev.as_bytes()[..30]).is_err());
+    }
+
+    #[test]
+    fn decodes_gpu_waits_of_known_apis_only() {
+        let mut ev = GpuWaitEvent::zeroed();
+        ev.header.kind = EVENT_GPU_WAIT;
+        ev.header.tgid = 5;
+        ev.header.tid = 6;
+        ev.api = 2;
+        ev.duration_ns = 1_500_000_000;
+        ev.thread_comm = comm_bytes("infer");
+        ev.process_comm = comm_bytes("python3");
+        let Event::GpuWait(g) = decode(ev.as_bytes()).unwrap() else { panic!() };
+        assert_eq!((g.tgid(), g.tid(), g.api()), (5, 6, "cudaStreamSynchronize"));
+        assert_eq!((g.thread_name().as_str(), g.process_name().as_str()), ("infer", "python3"));
+        assert_eq!(g.duration(), std::time::Duration::from_millis(1500));
+        assert!(matches!(decode(&ev.as_bytes()[..79]), Err(DecodeError::Truncated { need: 80, .. })));
+        ev.api = 0;
+        assert_eq!(decode(ev.as_bytes()), Err(DecodeError::UnknownGpuApi(0)));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //!
 //! Counts never come from here (the kernel keeps them exactly, see
 //! `stats/`); events carry what needs per-call handling: paths, slow
-//! calls, errors, large mappings, strace mode, and process lifecycle.
+//! calls, errors, large mappings, long GPU waits, strace mode, and process
+//! lifecycle.
 
 mod decode;
 pub mod reader;
@@ -11,8 +12,9 @@ pub mod reader;
 use std::time::Duration;
 
 use sonic_probe_common::{
-    comm_str, syscalls, FileCloseEvent, ProcessEvent, SyscallEvent, EVENT_FILE_CLOSE, EVENT_PROCESS_EXEC,
-    EVENT_PROCESS_EXIT, EVENT_PROCESS_FORK, EVENT_SYSCALL, EVENT_SYSCALL_PATH,
+    comm_str, gpu_apis, syscalls, FileCloseEvent, GpuWaitEvent, ProcessEvent, SyscallEvent, EVENT_FILE_CLOSE,
+    EVENT_GPU_WAIT, EVENT_PROCESS_EXEC, EVENT_PROCESS_EXIT, EVENT_PROCESS_FORK, EVENT_SYSCALL,
+    EVENT_SYSCALL_PATH,
 };
 
 pub use decode::{decode, DecodeError};
@@ -23,6 +25,7 @@ pub enum Event {
     Call(Call),
     Process(ProcessChange),
     FileClosed(FileClosed),
+    GpuWait(GpuWaitEnd),
 }
 
 impl Event {
@@ -32,7 +35,42 @@ impl Event {
             Event::Call(c) => &c.raw.header,
             Event::Process(p) => &p.raw.header,
             Event::FileClosed(f) => &f.raw.header,
+            Event::GpuWait(g) => &g.raw.header,
         }
+    }
+
+    /// The process it is of.
+    pub fn tgid(&self) -> u32 {
+        self.header().tgid
+    }
+}
+
+/// A GPU wait (one of CUDA's waiting calls, bpf/gpu_wait.h) of at least
+/// the kernel's slow-call threshold ended; header.time_ns is its entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuWaitEnd {
+    pub raw: GpuWaitEvent,
+}
+
+impl GpuWaitEnd {
+    pub fn tgid(&self) -> u32 {
+        self.raw.header.tgid
+    }
+    pub fn tid(&self) -> u32 {
+        self.raw.header.tid
+    }
+    /// The call's documented name (decode checks the id).
+    pub fn api(&self) -> &'static str {
+        gpu_apis::gpu_api(self.raw.api).map_or("?", |a| a.name)
+    }
+    pub fn duration(&self) -> Duration {
+        Duration::from_nanos(self.raw.duration_ns)
+    }
+    pub fn process_name(&self) -> String {
+        comm_str(&self.raw.process_comm)
+    }
+    pub fn thread_name(&self) -> String {
+        comm_str(&self.raw.thread_comm)
     }
 }
 
@@ -126,6 +164,7 @@ pub const KIND_LABELS: &[(u32, &str)] = &[
     (EVENT_PROCESS_FORK, "process_fork"),
     (EVENT_PROCESS_EXIT, "process_exit"),
     (EVENT_FILE_CLOSE, "file_close"),
+    (EVENT_GPU_WAIT, "gpu_wait"),
 ];
 
 impl Event {
@@ -140,6 +179,7 @@ impl Event {
                 ProcessKind::Exit => EVENT_PROCESS_EXIT,
             },
             Event::FileClosed(_) => EVENT_FILE_CLOSE,
+            Event::GpuWait(_) => EVENT_GPU_WAIT,
         }
     }
 }

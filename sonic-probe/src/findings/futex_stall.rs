@@ -499,6 +499,8 @@ mod tests {
         let mut c = Capture {
             tgid: 100,
             tid: 100,
+            thread: "app".into(),
+            gpu_api: None,
             start_ns: SEC,
             captured_ns: SEC + SEC / 2,
             result: "ok",

@@ -8,11 +8,11 @@
 //! The classic cause is a needless synchronize per step (`.item()` or
 //! `.cpu()` in a loop): each step waits for the GPU to drain.
 //!
-//! It sees no events: at each sweep the daemon hands it the GPU waits the
-//! uprobes counted per (workload cgroup, process name, api)
+//! Its shares come from no event: at each sweep the daemon hands it the
+//! GPU waits the uprobes counted per (workload cgroup, process name, api)
 //! ([`GpuWaitSample`], sonic_probe_gpu_wait_duration_seconds' map) and
 //! then the scheduler programs' totals ([`ThreadSample`]), as cpu_starved
-//! gets them.
+//! gets them. Its one event is a long wait's end (EVENT_GPU_WAIT).
 //!
 //! The rule. Over the last `window` (--gpu-wait-window, default 10 s; from
 //! the last sweep at or before `window` ago, as cpu_starved's):
@@ -25,10 +25,20 @@
 //! 4. a process of that name in that cgroup runs now and started before
 //!    the window did.
 //!
+//! Or, whatever the share: a single wait of a request thread lasted at
+//! least --stall-threshold (the uprobes send each wait of at least the
+//! kernel's slow-call threshold as an event at its return) within the
+//! window: the GPU stuck on a long kernel, or a copy behind one.
+//!
 //! The finding says how long and which calls: the process's waits per api
 //! in the window (time, count, waits per second), the longest first. Waits
 //! are counted per process name, so a process with several waiting
-//! threads shows them all under each thread's finding.
+//! threads shows them all under each thread's finding. With
+//! --stack-captures on it leads with the line that waited: the stack read
+//! during the long wait, or, for a share, one read at a later wait of that
+//! thread, asked of the capturer when the finding is made (the thread is
+//! in a wait most of the time, so the capturer sees one within a poll or
+//! two).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -42,15 +52,17 @@ use super::{
     DetailKind, Detector, DetectorCounts, Evictions, Input, LiveFile, Record, Registration,
 };
 use crate::{
+    events::Event,
     gpu::waits::GpuWaitSample,
     metrics::family::{def, Fold, MetricDef},
+    stacks::{capture::CaptureStore, frame, Frame},
     stats::labels::OTHER,
     threads::{StateNs, ThreadSample},
 };
 use sonic_probe_common::THREAD_GPU;
 
 pub const DETECTOR: Registration =
-    Registration { kind: Detail::KIND, metrics: METRICS, new: |s, _| Box::new(GpuWait::new(s)) };
+    Registration { kind: Detail::KIND, metrics: METRICS, new: |s, shared| Box::new(GpuWait::new(s, shared)) };
 
 /// Its thresholds (part of the findings' [`super::Settings`]).
 #[derive(Debug, Clone)]
@@ -79,6 +91,15 @@ pub struct ApiWaits {
     pub waits_per_second: f64,
 }
 
+/// The longest single wait of a finding's thread, one of at least
+/// --stall-threshold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LongWait {
+    pub api: String,
+    pub seconds: f64,
+    pub tid: u32,
+}
+
 /// Its finding.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Detail {
@@ -96,6 +117,40 @@ pub struct Detail {
     pub apis: Vec<ApiWaits>,
     /// Seconds (sweeps) the rule held.
     pub count: u64,
+    /// Its longest wait, when one lasted at least --stall-threshold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest_wait: Option<LongWait>,
+    /// The waiting thread's stack during a wait, innermost frame first:
+    /// its Python frames, then its native ones (`run --stack-captures`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stack: Vec<Frame>,
+    /// Why the stack is missing or partial, and when it was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_note: Option<String>,
+}
+
+impl Detail {
+    /// `update` of a finding seen again: `later`, with the peak share, the
+    /// longest wait and, if `later` has none, the earlier stack.
+    fn updated(&self, later: Detail) -> Detail {
+        let (stack, stack_note) = if later.stack.is_empty() && !self.stack.is_empty() {
+            (self.stack.clone(), self.stack_note.clone())
+        } else {
+            (later.stack, later.stack_note)
+        };
+        let longest_wait = match (&self.longest_wait, later.longest_wait) {
+            (Some(a), Some(b)) => Some(if b.seconds >= a.seconds { b } else { a.clone() }),
+            (a, b) => b.or_else(|| a.clone()),
+        };
+        Detail {
+            gpu_share: self.gpu_share.max(later.gpu_share),
+            longest_wait,
+            stack,
+            stack_note,
+            count: self.count + later.count,
+            ..later
+        }
+    }
 }
 
 impl DetailKind for Detail {
@@ -106,34 +161,78 @@ impl DetailKind for Detail {
     }
 
     fn fold(&mut self, later: Self) {
-        let count = self.count + later.count;
-        let share = self.gpu_share.max(later.gpu_share);
-        *self = later;
-        self.count = count;
-        self.gpu_share = share;
+        *self = self.updated(later);
+    }
+
+    // Its stack frames name source files of code, not data: no paths to hide.
+
+    fn stacks(&self) -> String {
+        if self.stack.is_empty() && self.stack_note.is_none() {
+            return String::new();
+        }
+        let mut out = String::new();
+        if !self.stack.is_empty() {
+            out.push_str("    waiting thread:\n");
+            for fr in &self.stack {
+                out.push_str(&format!("      {}\n", frame::long_frame(fr)));
+            }
+        }
+        if let Some(note) = &self.stack_note {
+            out.push_str(&format!("    stacks: {note}\n"));
+        }
+        out
     }
 
     fn describe(&self) -> String {
         let how = match self.apis.first() {
+            _ if self.window_seconds == 0.0 => String::new(),
             Some(a) => {
                 let others: Vec<String> =
                     self.apis[1..].iter().map(|o| format!("{} {:.1} s", o.api, o.seconds)).collect();
                 let others =
                     if others.is_empty() { String::new() } else { format!("; also {}", others.join(", ")) };
-                format!(
-                    " in {}: {:.1} s, {} waits ({:.0}/s){others}",
-                    a.api, a.seconds, a.waits, a.waits_per_second
-                )
+                let rate = if a.waits_per_second < 10.0 {
+                    format!("{:.1}", a.waits_per_second)
+                } else {
+                    format!("{:.0}", a.waits_per_second)
+                };
+                let plural = if a.waits == 1 { "" } else { "s" };
+                format!(" in {}: {:.1} s, {} wait{plural} ({rate}/s){others}", a.api, a.seconds, a.waits)
             }
+            None if self.longest_wait.is_some() => String::new(),
             None => " in ioctls on a GPU device".to_string(),
         };
-        format!(
-            "thread {} waits for the GPU {:.0}% of its time ({:.1} s of {:.0} s){how}",
-            self.thread,
+        let lead = frame::meaningful_frame(&self.stack)
+            .map_or(String::new(), |f| format!("{}: ", frame::short_frame(f)));
+        let share = format!(
+            "{:.0}% of its time ({:.1} s of {:.0} s){how}",
             self.gpu_share * 100.0,
             self.gpu_seconds,
-            self.window_seconds,
-        )
+            self.window_seconds
+        );
+        let mut s = match &self.longest_wait {
+            // Without the scheduler's totals (no window): the wait alone.
+            Some(l) if self.window_seconds == 0.0 => {
+                format!(
+                    "{lead}thread {} waited {:.2} s for the GPU in {} (tid {})",
+                    self.thread, l.seconds, l.api, l.tid
+                )
+            }
+            Some(l) => format!(
+                "{lead}thread {} waited {:.2} s for the GPU in {} (tid {}); it waits {share}",
+                self.thread, l.seconds, l.api, l.tid
+            ),
+            None => format!("{lead}thread {} waits for the GPU {share}", self.thread),
+        };
+        if self.stack.is_empty() {
+            if let Some(note) = &self.stack_note {
+                let why = note.split(';').next().unwrap_or(note);
+                if !why.starts_with("captured") {
+                    s.push_str(&format!("; no stack: {why}"));
+                }
+            }
+        }
+        s
     }
 }
 
@@ -168,6 +267,31 @@ struct Track {
     finding: Option<Found<Detail>>,
 }
 
+impl Track {
+    fn new() -> Self {
+        Track { points: VecDeque::new(), finding: None }
+    }
+
+    /// Its thread's time in state gpu from the first sweep kept to the
+    /// last: (ns, share of all its time, span ns); None before two sweeps.
+    fn window(&self) -> Option<(u64, f64, u64)> {
+        let (first, last) = (self.points.front()?, self.points.back()?);
+        let span = last.0.saturating_sub(first.0);
+        if span == 0 {
+            return None;
+        }
+        let d = delta(&first.1, &last.1);
+        let total: u64 = d.iter().sum();
+        let gpu = d[THREAD_GPU as usize];
+        Some((gpu, if total == 0 { 0.0 } else { gpu as f64 / total as f64 }, span))
+    }
+
+    /// Whether its finding of `incarnation` has a stack.
+    fn has_stack(&self, incarnation: u64) -> bool {
+        self.finding.as_ref().is_some_and(|f| f.incarnation == incarnation && !f.detail.stack.is_empty())
+    }
+}
+
 impl thread_share::Track for Track {
     type Detail = Detail;
     fn finding(&self) -> &Option<Found<Detail>> {
@@ -185,8 +309,17 @@ fn config(s: &super::Settings) -> Config {
     Config::new(s.gpu_wait.share, s.gpu_wait.window, s)
 }
 
+/// A single wait this long is a finding: --stall-threshold.
+fn long_ns(s: &super::Settings) -> u64 {
+    u64::try_from(s.futex_stall.threshold.as_nanos()).unwrap_or(u64::MAX)
+}
+
 pub struct GpuWait {
     cfg: Config,
+    /// A single wait this long is a finding (--stall-threshold).
+    long_ns: u64,
+    /// Stacks captured while waits lasted (None: captures off).
+    captures: Option<CaptureStore>,
     tracks: HashMap<Key, Track>,
     /// (cgroup, process name) -> its waits' totals at each sweep.
     waits: HashMap<(u64, String), VecDeque<(u64, ApiTotals)>>,
@@ -194,8 +327,98 @@ pub struct GpuWait {
 }
 
 impl GpuWait {
-    pub fn new(s: &super::Settings) -> Self {
-        GpuWait { cfg: config(s), tracks: HashMap::new(), waits: HashMap::new(), counts: Counts::default() }
+    pub fn new(s: &super::Settings, shared: &super::Shared) -> Self {
+        GpuWait {
+            cfg: config(s),
+            long_ns: long_ns(s),
+            captures: shared.captures.clone(),
+            tracks: HashMap::new(),
+            waits: HashMap::new(),
+            counts: Counts::default(),
+        }
+    }
+
+    /// A wait that ended (an event: it lasted at least the kernel's
+    /// slow-call threshold): one of a request thread of at least
+    /// --stall-threshold is a finding at once, with the stack captured
+    /// while it lasted.
+    fn long_wait(&mut self, input: &Input<'_>) {
+        let Event::GpuWait(g) = input.event else { return };
+        if g.raw.duration_ns < self.long_ns {
+            return;
+        }
+        let thread = g.thread_name();
+        if !self.cfg.is_request_tid(g.tgid(), g.tid(), &thread) {
+            return;
+        }
+        let key = (input.cgroup, g.process_name(), thread);
+        if self.tracks.len() >= MAX_TRACKS && !self.tracks.contains_key(&key) {
+            return;
+        }
+        let start = g.raw.header.time_ns;
+        let end = start.saturating_add(g.raw.duration_ns);
+        let (stack, stack_note) = match &self.captures {
+            None => (Vec::new(), None),
+            Some(store) => match store.take(g.tid(), start) {
+                Some(c) => (c.stack_of(g.tid()), Some(c.note(None))),
+                None => (
+                    Vec::new(),
+                    Some("not captured: the wait ended before the capturer saw it past the threshold".into()),
+                ),
+            },
+        };
+        let track = self.tracks.entry(key.clone()).or_insert_with(Track::new);
+        let (gpu, _, span) = track.window().unwrap_or((0, 0.0, 0));
+        // Of the window's time (see sample's after_long).
+        let share = if span == 0 { 0.0 } else { (gpu as f64 / span as f64).min(1.0) };
+        let apis = if span == 0 {
+            Vec::new()
+        } else {
+            let last = track.points.back().map_or(end, |p| p.0);
+            self.apis(key.0, &key.1, last.saturating_sub(span), span)
+        };
+        let detail = Detail {
+            thread: key.2.clone(),
+            window_seconds: span as f64 / 1e9,
+            gpu_seconds: gpu as f64 / 1e9,
+            gpu_share: share,
+            apis,
+            count: 1,
+            longest_wait: Some(LongWait {
+                api: g.api().to_string(),
+                seconds: g.raw.duration_ns as f64 / 1e9,
+                tid: g.tid(),
+            }),
+            stack,
+            stack_note,
+        };
+        let track = self.tracks.get_mut(&key).expect("made above");
+        thread_share::found(&mut track.finding, g.tgid(), input.incarnation, end, detail, |e, d| {
+            e.updated(d)
+        });
+    }
+
+    /// The stack of a share finding of `thread` of `pid`: none while its
+    /// finding has one already (kept), a GPU wait's capture of that thread
+    /// if the capturer made one, else asked for (at its next wait).
+    fn share_stack(
+        &self,
+        pid: u32,
+        thread: &str,
+        has_stack: bool,
+        now_ns: u64,
+    ) -> (Vec<Frame>, Option<String>) {
+        let Some(store) = &self.captures else { return (Vec::new(), None) };
+        if has_stack {
+            return (Vec::new(), None);
+        }
+        match store.take_gpu(pid, thread) {
+            Some(c) => (c.stack_of(c.tid), Some(c.note(None))),
+            None => {
+                store.want_gpu(pid, thread, now_ns);
+                (Vec::new(), Some("not captured yet: asked for at the thread's next wait".into()))
+            }
+        }
     }
 
     /// A sweep's waits: every (cgroup, process name, api)'s totals at `now_ns`.
@@ -261,6 +484,11 @@ impl GpuWait {
     ) {
         let oldest = now_ns.saturating_sub(self.cfg.window_ns);
         let mut bound = Vec::new();
+        // Long waits' findings of the window, whose thread's totals are
+        // read after the wait (a blocked thread's time is accounted when
+        // it wakes, so the share is of the window's time, not of the
+        // time accounted): (key, gpu ns, span).
+        let mut after_long = Vec::new();
         for s in samples {
             if s.comm.is_empty() || !self.cfg.is_request_thread(&s.comm, &s.thread) {
                 continue;
@@ -269,8 +497,7 @@ impl GpuWait {
             if self.tracks.len() >= MAX_TRACKS && !self.tracks.contains_key(&key) {
                 continue;
             }
-            let track =
-                self.tracks.entry(key.clone()).or_insert(Track { points: VecDeque::new(), finding: None });
+            let track = self.tracks.entry(key.clone()).or_insert_with(Track::new);
             track.points.push_back((now_ns, s.ns));
             trim(&mut track.points, oldest, |p| p.0);
             let first = track.points[0];
@@ -281,14 +508,27 @@ impl GpuWait {
             let share = if total == 0 { 0.0 } else { gpu as f64 / total as f64 };
             let full = span as f64 >= 0.9 * self.cfg.window_ns as f64;
             if share < self.cfg.share || !full || (total as f64) < ALIVE_SHARE * span as f64 {
+                let long = track.finding.as_ref().filter(|f| f.detail.longest_wait.is_some());
+                if span > 0 && long.is_some_and(|f| f.last_ns >= oldest) {
+                    after_long.push((key, gpu, span));
+                }
                 continue;
             }
             bound.push((key, gpu, share, span));
+        }
+        for (key, gpu, span) in after_long {
+            let apis = self.apis(key.0, &key.1, now_ns.saturating_sub(span), span);
+            let Some(f) = self.tracks.get_mut(&key).and_then(|t| t.finding.as_mut()) else { continue };
+            let d = &mut f.detail;
+            (d.window_seconds, d.gpu_seconds, d.apis) = (span as f64 / 1e9, gpu as f64 / 1e9, apis);
+            d.gpu_share = (gpu as f64 / span as f64).min(1.0);
         }
         for (key, gpu, share, span) in bound {
             let Some(pid) = facts.process(key.0, &key.1, now_ns.saturating_sub(span)) else { continue };
             let apis = self.apis(key.0, &key.1, now_ns.saturating_sub(span), span);
             let incarnation = incarnation(pid);
+            let has_stack = self.tracks.get(&key).is_some_and(|t| t.has_stack(incarnation));
+            let (stack, stack_note) = self.share_stack(pid, &key.2, has_stack, now_ns);
             let track = self.tracks.get_mut(&key).expect("tracked above");
             let detail = Detail {
                 thread: key.2.clone(),
@@ -297,6 +537,9 @@ impl GpuWait {
                 gpu_share: share,
                 apis,
                 count: 1,
+                longest_wait: None,
+                stack,
+                stack_note,
             };
             // GPU time while bound: the whole window the first time, then
             // each sweep's growth.
@@ -306,16 +549,15 @@ impl GpuWait {
                 _ => gpu,
             };
             self.counts.bound_ns.add(&key.1, key.0, key.2.clone(), OTHER.to_string(), added);
-            thread_share::found(&mut track.finding, pid, incarnation, now_ns, detail, |earlier, detail| {
-                let peak = earlier.gpu_share.max(share);
-                Detail { count: earlier.count + 1, gpu_share: peak, ..detail }
-            });
+            thread_share::found(&mut track.finding, pid, incarnation, now_ns, detail, |e, d| e.updated(d));
         }
     }
 }
 
 impl Detector for GpuWait {
-    fn observe(&mut self, _input: &Input<'_>, _evictions: &mut Evictions) {}
+    fn observe(&mut self, input: &Input<'_>, _evictions: &mut Evictions) {
+        self.long_wait(input);
+    }
 
     fn gpu_waits(&mut self, now_ns: u64, waits: &[GpuWaitSample]) {
         self.waits_at(now_ns, waits);
@@ -342,6 +584,7 @@ impl Detector for GpuWait {
 
     fn reconfigure(&mut self, s: &super::Settings) {
         self.cfg = config(s);
+        self.long_ns = long_ns(s);
     }
 
     fn counts(&self, _listed: &[Record]) -> Box<dyn DetectorCounts> {
@@ -352,8 +595,9 @@ impl Detector for GpuWait {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::findings::{testing::SEC, Settings};
+    use crate::findings::{testing::SEC, Settings, Shared};
     use crate::os::cgroup_cpu::CpuThrottle;
+    use crate::stacks::{capture::Capture, FrameKind};
     use sonic_probe_common::{NR_THREAD_STATES, THREAD_ON_CPU};
 
     /// A "server" (pid 7, started at 0) in cgroup 1.
@@ -408,10 +652,10 @@ mod tests {
 
     #[test]
     fn a_request_thread_waiting_for_the_gpu_is_found_with_its_calls() {
-        let mut d = GpuWait::new(&Settings::default());
+        let mut d = GpuWait::new(&Settings::default(), &Shared::default());
         run(&mut d, 8, "server", SEC * 84 / 100, 1000);
         assert!(found(&d, 108 * SEC).is_empty(), "before a window (9 s of 10)");
-        let mut d = GpuWait::new(&Settings::default());
+        let mut d = GpuWait::new(&Settings::default(), &Shared::default());
         run(&mut d, 12, "server", SEC * 84 / 100, 1000);
         let f = found(&d, 112 * SEC);
         assert_eq!(f.len(), 1);
@@ -437,7 +681,7 @@ mod tests {
     /// inside the window (its entry made since) counts from 0.
     #[test]
     fn the_calls_are_the_windows_longest_first() {
-        let mut d = GpuWait::new(&Settings::default());
+        let mut d = GpuWait::new(&Settings::default(), &Shared::default());
         run(&mut d, 20, "server", SEC * 9 / 10, 14);
         let f = found(&d, 120 * SEC);
         let crate::findings::Detail::GpuWait(x) = &f[0].detail else { panic!("{f:?}") };
@@ -452,15 +696,15 @@ mod tests {
     #[test]
     fn rare_waits_worker_threads_and_namesakes_are_no_finding() {
         // 5 % of its time: a process that synchronizes now and then.
-        let mut d = GpuWait::new(&Settings::default());
+        let mut d = GpuWait::new(&Settings::default(), &Shared::default());
         run(&mut d, 12, "server", SEC / 20, 1000);
         assert!(found(&d, 112 * SEC).is_empty());
         // A worker thread (not the process's name, no --stall-thread).
-        let mut d = GpuWait::new(&Settings::default());
+        let mut d = GpuWait::new(&Settings::default(), &Shared::default());
         run(&mut d, 12, "pt_worker", SEC * 9 / 10, 1000);
         assert!(found(&d, 112 * SEC).is_empty());
         // No process of that name (Facts knows only cgroup 1's server).
-        let mut d = GpuWait::new(&Settings::default());
+        let mut d = GpuWait::new(&Settings::default(), &Shared::default());
         for i in 0..=12 {
             let s = [thread("client", "client", i * SEC, 0)];
             d.thread_times(100 * SEC + i * SEC, &s, &mut Facts, &mut |pid| u64::from(pid));
@@ -468,9 +712,154 @@ mod tests {
         assert!(found(&d, 112 * SEC).is_empty());
     }
 
+    fn stack(function: &str, line: u32) -> Vec<Frame> {
+        vec![
+            Frame {
+                function: function.into(),
+                file: Some("/srv/app/server.py".into()),
+                line: Some(line),
+                module: Some("server".into()),
+                kind: FrameKind::Python,
+            },
+            Frame {
+                function: "cuStreamSynchronize".into(),
+                file: None,
+                line: None,
+                module: Some("libcuda.so.1".into()),
+                kind: FrameKind::Native,
+            },
+        ]
+    }
+
+    fn gpu_capture(tid: u32, start_ns: u64, captured_ns: u64, line: u32) -> Capture {
+        let mut c = Capture {
+            tgid: 7,
+            tid,
+            thread: "server".into(),
+            gpu_api: Some("cuStreamSynchronize"),
+            start_ns,
+            captured_ns,
+            result: "ok",
+            python: HashMap::new(),
+            native: HashMap::new(),
+            problems: Vec::new(),
+            interval: std::time::Duration::from_secs(10),
+        };
+        let st = stack("infer", line);
+        c.python.insert(tid, vec![st[0].clone()]);
+        c.native.insert(tid, vec![st[1].clone()]);
+        c
+    }
+
+    /// A cuStreamSynchronize of `ns` by thread `tid` of "server" (pid 7,
+    /// cgroup 1) that began at `start_ns`.
+    fn wait_event(tid: u32, thread: &str, start_ns: u64, ns: u64) -> Event {
+        use sonic_probe_common::SharedStruct;
+        let mut raw = sonic_probe_common::GpuWaitEvent::zeroed();
+        raw.header = sonic_probe_common::EventHeader {
+            kind: sonic_probe_common::EVENT_GPU_WAIT,
+            tgid: 7,
+            tid,
+            cpu: 0,
+            time_ns: start_ns,
+            cgroup: 1,
+        };
+        raw.api = sonic_probe_common::gpu_apis::GPU_APIS
+            .iter()
+            .find(|a| a.name == "cuStreamSynchronize")
+            .expect("in the table")
+            .id;
+        raw.duration_ns = ns;
+        raw.thread_comm = sonic_probe_common::comm_bytes(thread);
+        raw.process_comm = sonic_probe_common::comm_bytes("server");
+        Event::GpuWait(crate::events::GpuWaitEnd { raw })
+    }
+
+    fn observe(d: &mut GpuWait, ev: &Event) {
+        let files = crate::findings::files::FileTable::default();
+        let input = Input { event: ev, incarnation: 1007, cgroup: 1, closed: None, opens: 0, files: &files };
+        d.observe(&input, &mut Evictions::default());
+    }
+
+    #[test]
+    fn a_single_long_wait_is_found_with_the_line_that_waited() {
+        let store = CaptureStore::new();
+        let shared = Shared { captures: Some(store.clone()) };
+        let mut d = GpuWait::new(&Settings::default(), &shared);
+        // Rare short waits: 5 % of the time, no finding by share.
+        run(&mut d, 12, "server", SEC / 20, 1000);
+        assert!(found(&d, 112 * SEC).is_empty());
+        // A worker thread's long wait, and one just short of the
+        // threshold (--stall-threshold, 1 s by default): nothing.
+        observe(&mut d, &wait_event(9, "pt_worker", 110 * SEC, 3 * SEC));
+        observe(&mut d, &wait_event(7, "server", 110 * SEC, SEC - 1));
+        assert!(found(&d, 112 * SEC).is_empty());
+        // The capturer read its stack 1.1 s into it.
+        store.insert(gpu_capture(7, 110 * SEC, 111 * SEC + SEC / 10, 88));
+        observe(&mut d, &wait_event(7, "server", 110 * SEC, 3 * SEC / 2));
+        let f = found(&d, 112 * SEC);
+        assert_eq!(f.len(), 1);
+        assert_eq!((f[0].pid, f[0].incarnation), (7, 1007));
+        let crate::findings::Detail::GpuWait(x) = &f[0].detail else { panic!("{f:?}") };
+        let l = x.longest_wait.as_ref().expect("the long wait");
+        assert_eq!((l.api.as_str(), l.seconds, l.tid), ("cuStreamSynchronize", 1.5, 7));
+        assert_eq!(x.stack, stack("infer", 88));
+        assert_eq!(x.stack_note.as_deref(), Some("captured 1.1 s into the wait"));
+        assert_eq!(
+            x.describe(),
+            "infer() at server.py:88: thread server waited 1.50 s for the GPU in cuStreamSynchronize (tid 7); \
+             it waits 5% of its time (0.5 s of 10 s) in cudaStreamSynchronize: 0.5 s, 2500 waits (250/s)"
+        );
+        assert!(x.stacks().contains("py     infer  /srv/app/server.py:88"), "{}", x.stacks());
+        // A shorter one later, not captured: the longest's stack stays.
+        observe(&mut d, &wait_event(7, "server", 112 * SEC, 6 * SEC / 5));
+        let f = found(&d, 114 * SEC);
+        let crate::findings::Detail::GpuWait(x) = &f[0].detail else { panic!("{f:?}") };
+        assert_eq!((x.count, x.longest_wait.as_ref().map(|l| l.seconds)), (2, Some(1.5)));
+        assert_eq!(x.stack, stack("infer", 88));
+    }
+
+    #[test]
+    fn a_share_finding_asks_for_the_stack_of_a_later_wait() {
+        let store = CaptureStore::new();
+        let shared = Shared { captures: Some(store.clone()) };
+        let mut d = GpuWait::new(&Settings::default(), &shared);
+        run(&mut d, 10, "server", SEC * 9 / 10, 1000);
+        let f = found(&d, 110 * SEC);
+        let crate::findings::Detail::GpuWait(x) = &f[0].detail else { panic!("{f:?}") };
+        assert!(x.stack.is_empty());
+        assert_eq!(x.stack_note.as_deref(), Some("not captured yet: asked for at the thread's next wait"));
+        assert!(x.describe().ends_with("; no stack: not captured yet: asked for at the thread's next wait"));
+        // The capturer answers (a 4 ms wait, read 1 ms into it).
+        store.insert(gpu_capture(7, 110 * SEC + SEC / 2, 110 * SEC + SEC / 2 + 1_000_000, 41));
+        let t = 111 * SEC;
+        d.gpu_waits(t, &[waits("cudaStreamSynchronize", 250 * 11, 11 * SEC * 9 / 10)]);
+        let s = [thread("server", "server", 11 * SEC * 9 / 10, 11 * SEC / 10)];
+        d.thread_times(t, &s, &mut Facts, &mut |pid| u64::from(pid) + 1000);
+        let f = found(&d, t);
+        let crate::findings::Detail::GpuWait(x) = &f[0].detail else { panic!("{f:?}") };
+        assert_eq!(x.stack, stack("infer", 41));
+        assert!(
+            x.describe()
+                .starts_with("infer() at server.py:41: thread server waits for the GPU 90% of its time"),
+            "{}",
+            x.describe()
+        );
+        // Kept while the finding lasts; nothing more is asked for.
+        store.want_gpu(99, "x", t);
+        let t = 112 * SEC;
+        d.gpu_waits(t, &[waits("cudaStreamSynchronize", 250 * 12, 12 * SEC * 9 / 10)]);
+        let s = [thread("server", "server", 12 * SEC * 9 / 10, 12 * SEC / 10)];
+        d.thread_times(t, &s, &mut Facts, &mut |pid| u64::from(pid) + 1000);
+        let f = found(&d, t);
+        let crate::findings::Detail::GpuWait(x) = &f[0].detail else { panic!("{f:?}") };
+        assert_eq!(x.stack, stack("infer", 41));
+        assert!(store.take_gpu(7, "server").is_none());
+    }
+
     #[test]
     fn ioctl_waits_without_cuda_calls_say_so() {
-        let mut d = GpuWait::new(&Settings::default());
+        let mut d = GpuWait::new(&Settings::default(), &Shared::default());
         for i in 0..=10 {
             let s = [thread("server", "server", i * SEC * 6 / 10, i * SEC * 4 / 10)];
             d.thread_times(100 * SEC + i * SEC, &s, &mut Facts, &mut |pid| u64::from(pid));

@@ -496,11 +496,7 @@ impl Engine {
     }
 
     pub fn observe(&mut self, event: &Event) {
-        let tgid = match event {
-            Event::Call(c) => c.tgid(),
-            Event::Process(p) => p.tgid(),
-            Event::FileClosed(f) => f.tgid(),
-        };
+        let tgid = event.tgid();
         let incarnation = self.incarnation(tgid);
         let cgroup = event.header().cgroup;
         if cgroup != 0 {

@@ -38,6 +38,11 @@ impl Config {
     pub fn is_request_thread(&self, comm: &str, thread: &str) -> bool {
         is_request_thread(u32::from(thread == comm), 1, thread, &self.threads, &self.ignore_threads)
     }
+
+    /// The same, of a thread whose ids are known (an event's).
+    pub fn is_request_tid(&self, tgid: u32, tid: u32, thread: &str) -> bool {
+        is_request_thread(tgid, tid, thread, &self.threads, &self.ignore_threads)
+    }
 }
 
 /// (cgroup, process name, thread name).

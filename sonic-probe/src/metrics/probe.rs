@@ -10,10 +10,10 @@ use prometheus::{
     proto::{Metric, MetricFamily, MetricType},
 };
 use sonic_probe_common::{
-    COUNTER_DROP_ERRORS, COUNTER_DROP_GPU_WAITS, COUNTER_DROP_INFLIGHT_WAITS, COUNTER_DROP_OPEN_FILES,
-    COUNTER_DROP_RINGBUF, COUNTER_DROP_STATS, COUNTER_DROP_TARGET, COUNTER_DROP_THREAD_CLOCK,
-    COUNTER_DROP_THREAD_STATE, COUNTER_ERRORS_OVERFLOW, COUNTER_EVENTS_SENT, COUNTER_GPU_WAIT_OVERFLOW,
-    COUNTER_STATS_OVERFLOW, COUNTER_THREAD_TIME_OVERFLOW,
+    COUNTER_DROP_ERRORS, COUNTER_DROP_GPU_WAITING, COUNTER_DROP_GPU_WAITS, COUNTER_DROP_INFLIGHT_WAITS,
+    COUNTER_DROP_OPEN_FILES, COUNTER_DROP_RINGBUF, COUNTER_DROP_STATS, COUNTER_DROP_TARGET,
+    COUNTER_DROP_THREAD_CLOCK, COUNTER_DROP_THREAD_STATE, COUNTER_ERRORS_OVERFLOW, COUNTER_EVENTS_SENT,
+    COUNTER_GPU_WAIT_OVERFLOW, COUNTER_STATS_OVERFLOW, COUNTER_THREAD_TIME_OVERFLOW,
 };
 
 use super::{
@@ -45,7 +45,7 @@ pub const METRICS: &[MetricDef] = &[
          no overflow entry), target_map (forked child not followed), open_files (descriptor \
          not tracked), futex_waiting (futex wait not tracked while in progress: no stack capture for \
          it), thread_clock (no scheduler clock for a thread: its time not accounted), gpu_waits (a GPU wait not \
-         counted: no clock for its thread, or gpu_waits full), user_queue (daemon queue full)."),
+         counted: no clock for its thread, or gpu_waits full), gpu_waiting (a GPU wait not tracked while in progress: no stack capture for it), user_queue (daemon queue full)."),
     def("sonic_probe_event_decode_errors_total", COUNTER, &[],
         "Ring buffer records the daemon could not decode."),
     def("sonic_probe_aggregation_overflow_total", COUNTER, &["map"],
@@ -94,6 +94,7 @@ const DROP_STAGES: &[(u32, &str)] = &[
     (COUNTER_DROP_INFLIGHT_WAITS, "futex_waiting"),
     (COUNTER_DROP_THREAD_CLOCK, "thread_clock"),
     (COUNTER_DROP_GPU_WAITS, "gpu_waits"),
+    (COUNTER_DROP_GPU_WAITING, "gpu_waiting"),
 ];
 
 /// The kernel maps whose handles the daemon's sweep holds (open_files,

@@ -21,7 +21,7 @@ use aya::{
 };
 use sonic_probe_common::{
     gpu_apis::{gpu_enter_program, GPU_APIS, GPU_EXIT_PROGRAM},
-    GpuWaitKey, GpuWaitStats, SharedStruct,
+    GpuWaitKey, GpuWaitStats, GpuWaiting, SharedStruct,
 };
 use sonic_probe_ebpf::maps;
 
@@ -145,5 +145,11 @@ impl Probe {
             map.insert(key, GpuWaitStats::zeroed(), 0).map_err(map_err(maps::GPU_WAITS))?;
         }
         Ok(map)
+    }
+
+    /// The GPU waits in progress (gpu_waiting, filled only while
+    /// probe_config.inflight_waits is set; call once).
+    pub fn take_gpu_waiting(&mut self) -> Result<HashMap<MapData, u32, GpuWaiting>, ProbeError> {
+        HashMap::try_from(take(&mut self.ebpf, maps::GPU_WAITING)?).map_err(map_err(maps::GPU_WAITING))
     }
 }

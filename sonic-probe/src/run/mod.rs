@@ -218,6 +218,10 @@ async fn serve(
         Some(helper) => Some((probe.take_gpu_waits()?, helper)),
         None => None,
     };
+    let gpu_waiting = match (&gpu_waits, config.stack_captures) {
+        (Some(_), true) => Some(probe.take_gpu_waiting()?),
+        _ => None,
+    };
     if let (true, Some(why)) = (config.gpu_waits, probe.gpu_error()) {
         warn!("GPU waits are unavailable (the rest runs): {why}");
     }
@@ -252,7 +256,7 @@ async fn serve(
     let capture_settings = Arc::new(Mutex::new(config.capture_settings()));
     let captures = config.stack_captures.then(CaptureStore::new);
     if let Some(store) = &captures {
-        Capturer::new(futex_waiting, store.clone(), capture_settings.clone())
+        Capturer::new(futex_waiting, gpu_waiting, store.clone(), capture_settings.clone())
             .spawn()
             .context("cannot start the stack capture thread")?;
     }

@@ -13,6 +13,16 @@
 //! [`CaptureStore`] until the futex_stall detector sees the stall's exit
 //! event, matched by thread id and the call's entry time.
 //!
+//! GPU waits the same way (with GPU waits on): the kernel enters each wait
+//! of a target in one of CUDA's waiting calls in `gpu_waiting` (with the
+//! user registers at the function's entry). One lasting past the stall
+//! threshold is captured as a futex wait is, for the gpu_wait finding of
+//! a single long wait (matched by its event's thread and entry time).
+//! A sync-bound loop's waits are short, but it is in one most of the time:
+//! for its finding, the gpu_wait detector asks the store for a stack of
+//! that process's thread ([`CaptureStore::want_gpu`]), and the capturer
+//! captures at the next GPU wait of that thread it sees in progress.
+//!
 //! Bounded: at most [`MAX_PENDING`] captures wait (the oldest go first, and
 //! any older than the findings window), at most one capture per process
 //! per `--stack-capture-interval` (further stalls within it are counted as
@@ -30,7 +40,7 @@ use std::{
 };
 
 use aya::maps::{HashMap as BpfHashMap, MapData};
-use sonic_probe_common::InflightWait;
+use sonic_probe_common::{gpu_apis::gpu_api, GpuWaiting, InflightWait};
 use tracing::debug;
 
 use crate::{
@@ -68,6 +78,10 @@ pub struct Capture {
     pub tgid: u32,
     /// The waiting thread.
     pub tid: u32,
+    /// Its name then.
+    pub thread: String,
+    /// What it waited in: a GPU api's name (a GPU wait), or None (a futex wait).
+    pub gpu_api: Option<&'static str>,
     /// Its call's entry time.
     pub start_ns: u64,
     /// When the stacks were read (CLOCK_MONOTONIC ns).
@@ -117,6 +131,9 @@ impl Capture {
 struct Inner {
     /// (tid, start_ns) -> its capture.
     pending: HashMap<(u32, u64), Capture>,
+    /// (tgid, thread name) -> when a stack of one of its GPU waits was
+    /// asked for (at most [`MAX_PENDING`], each for a findings window).
+    wanted: HashMap<(u32, String), u64>,
     /// result -> captures.
     results: BTreeMap<&'static str, u64>,
     /// Time spent reading stacks, all captures together.
@@ -141,10 +158,14 @@ impl CaptureStore {
         CaptureStore::default()
     }
 
-    /// Keeps a capture until its stall claims it.
+    /// Keeps a capture until its stall claims it (a GPU wait's answers
+    /// the request for it).
     pub fn insert(&self, c: Capture) {
         let mut inner = self.inner.lock().expect("captures lock");
         *inner.results.entry(c.result).or_default() += 1;
+        if c.gpu_api.is_some() && c.result != "rate_limited" {
+            inner.wanted.remove(&(c.tgid, c.thread.clone()));
+        }
         if inner.pending.len() >= MAX_PENDING {
             let oldest = inner.pending.iter().min_by_key(|(_, c)| c.captured_ns).map(|(k, _)| *k);
             if let Some(k) = oldest {
@@ -159,9 +180,38 @@ impl CaptureStore {
         self.inner.lock().expect("captures lock").pending.remove(&(tid, start_ns))
     }
 
-    /// Drops captures taken before `oldest_ns`.
+    /// The latest capture of a GPU wait of thread `thread` of `tgid`, taken out.
+    pub fn take_gpu(&self, tgid: u32, thread: &str) -> Option<Capture> {
+        let mut inner = self.inner.lock().expect("captures lock");
+        let key = inner
+            .pending
+            .iter()
+            .filter(|(_, c)| c.gpu_api.is_some() && c.tgid == tgid && c.thread == thread)
+            .max_by_key(|(_, c)| c.captured_ns)
+            .map(|(k, _)| *k)?;
+        inner.pending.remove(&key)
+    }
+
+    /// Asks for the stacks of `tgid` at the next GPU wait of its thread
+    /// `thread` seen in progress, however short (a sync-bound loop's).
+    pub fn want_gpu(&self, tgid: u32, thread: &str, now_ns: u64) {
+        let mut inner = self.inner.lock().expect("captures lock");
+        let key = (tgid, thread.to_string());
+        if inner.wanted.len() < MAX_PENDING || inner.wanted.contains_key(&key) {
+            inner.wanted.insert(key, now_ns);
+        }
+    }
+
+    /// Whether a stack of a GPU wait of that thread is asked for.
+    fn wants_gpu(&self, tgid: u32, thread: &str) -> bool {
+        self.inner.lock().expect("captures lock").wanted.contains_key(&(tgid, thread.to_string()))
+    }
+
+    /// Drops captures taken before `oldest_ns`, and requests made before it.
     pub fn prune(&self, oldest_ns: u64) {
-        self.inner.lock().expect("captures lock").pending.retain(|_, c| c.captured_ns >= oldest_ns);
+        let mut inner = self.inner.lock().expect("captures lock");
+        inner.pending.retain(|_, c| c.captured_ns >= oldest_ns);
+        inner.wanted.retain(|_, t| *t >= oldest_ns);
     }
 
     pub fn pending(&self) -> usize {
@@ -202,9 +252,44 @@ fn result_of(python: &Result<(), CaptureError>, native: &Result<(), CaptureError
     }
 }
 
+/// A wait in progress, futex or GPU, as the capturer looks at it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Wait {
+    tgid: u32,
+    tid: u32,
+    start_ns: u64,
+    regs: Regs,
+    /// The GPU api (None: a futex wait).
+    gpu_api: Option<&'static str>,
+}
+
+impl From<&InflightWait> for Wait {
+    fn from(w: &InflightWait) -> Self {
+        Wait {
+            tgid: w.tgid,
+            tid: w.tid,
+            start_ns: w.start_ns,
+            regs: Regs { ip: w.ip, sp: w.sp, bp: w.bp },
+            gpu_api: None,
+        }
+    }
+}
+
+impl From<&GpuWaiting> for Wait {
+    fn from(w: &GpuWaiting) -> Self {
+        Wait {
+            tgid: w.tgid,
+            tid: w.tid,
+            start_ns: w.start_ns,
+            regs: Regs { ip: w.ip, sp: w.sp, bp: w.bp },
+            gpu_api: Some(gpu_api(w.api).map_or("?", |a| a.name)),
+        }
+    }
+}
+
 /// Reads the stacks of `tgid` for the waits `due` (its request threads'
-/// long waits), `waiting` being every wait of the process in progress.
-fn capture(tgid: u32, due: &[InflightWait], waiting: &[InflightWait], interval: Duration) -> Vec<Capture> {
+/// long waits, named), `waiting` being every wait of the process in progress.
+fn capture(tgid: u32, due: &[(Wait, String)], waiting: &[Wait], interval: Duration) -> Vec<Capture> {
     // The stacks show the process as it was from here on.
     let captured_ns = monotonic_ns();
     let mut problems = Vec::new();
@@ -216,19 +301,23 @@ fn capture(tgid: u32, due: &[InflightWait], waiting: &[InflightWait], interval: 
         }
     };
     let mut native = HashMap::new();
-    // The due threads first, then the other waiting threads.
-    let mut order: Vec<&InflightWait> = due.iter().collect();
-    order.extend(waiting.iter().filter(|w| !due.iter().any(|d| d.tid == w.tid)));
+    // The due threads first, then the other waiting threads (a thread in
+    // a GPU wait and a futex wait inside it: the innermost, the futex's).
+    let is_due = |tid: u32| due.iter().any(|d| d.0.tid == tid);
+    let mut order: Vec<&Wait> = due.iter().map(|d| &d.0).collect();
+    order.extend(waiting.iter().filter(|w| !is_due(w.tid)));
     let mut native_results = HashMap::new();
     for w in order.into_iter().take(MAX_NATIVE_THREADS) {
-        let regs = Regs { ip: w.ip, sp: w.sp, bp: w.bp };
-        match stacks::native_stack(tgid, w.tid, regs) {
+        if native_results.contains_key(&w.tid) {
+            continue;
+        }
+        match stacks::native_stack(tgid, w.tid, w.regs) {
             Ok(frames) => {
                 native.insert(w.tid, frames);
                 native_results.insert(w.tid, Ok(()));
             }
             Err(e) => {
-                if due.iter().any(|d| d.tid == w.tid) {
+                if is_due(w.tid) {
                     problems.push(format!("native (tid {}): {}: {e}", w.tid, e.as_label()));
                 }
                 native_results.insert(w.tid, Err(e));
@@ -236,11 +325,13 @@ fn capture(tgid: u32, due: &[InflightWait], waiting: &[InflightWait], interval: 
         }
     }
     due.iter()
-        .map(|w| {
+        .map(|(w, thread)| {
             let native_result = native_results.remove(&w.tid).unwrap_or(Ok(()));
             Capture {
                 tgid,
                 tid: w.tid,
+                thread: thread.clone(),
+                gpu_api: w.gpu_api,
                 start_ns: w.start_ns,
                 captured_ns,
                 result: result_of(&py_result, &native_result),
@@ -271,6 +362,8 @@ pub fn give_back_memory() {
 /// The thread that looks for long waits and captures their stacks.
 pub struct Capturer {
     waiting: BpfHashMap<MapData, u32, InflightWait>,
+    /// GPU waits in progress (None: GPU waits off).
+    gpu_waiting: Option<BpfHashMap<MapData, u32, GpuWaiting>>,
     store: CaptureStore,
     settings: Arc<Mutex<CaptureSettings>>,
     /// (tid, start_ns) of waits looked at already (captured or rate
@@ -283,10 +376,11 @@ pub struct Capturer {
 impl Capturer {
     pub fn new(
         waiting: BpfHashMap<MapData, u32, InflightWait>,
+        gpu_waiting: Option<BpfHashMap<MapData, u32, GpuWaiting>>,
         store: CaptureStore,
         settings: Arc<Mutex<CaptureSettings>>,
     ) -> Self {
-        Capturer { waiting, store, settings, seen: HashSet::new(), last: HashMap::new() }
+        Capturer { waiting, gpu_waiting, store, settings, seen: HashSet::new(), last: HashMap::new() }
     }
 
     /// Starts the thread; it ends after [`CaptureStore::stop`].
@@ -302,7 +396,11 @@ impl Capturer {
     /// One look at the waits in progress.
     fn look(&mut self, now_ns: u64) {
         let s = self.settings.lock().expect("capture settings lock").clone();
-        let waits: Vec<InflightWait> = self.waiting.iter().filter_map(Result::ok).map(|(_, w)| w).collect();
+        let mut waits: Vec<Wait> =
+            self.waiting.iter().filter_map(Result::ok).map(|(_, w)| Wait::from(&w)).collect();
+        if let Some(gpu) = &self.gpu_waiting {
+            waits.extend(gpu.iter().filter_map(Result::ok).map(|(_, w)| Wait::from(&w)));
+        }
         let current: HashSet<(u32, u64)> = waits.iter().map(|w| (w.tid, w.start_ns)).collect();
         self.seen.retain(|k| current.contains(k));
         let interval_ns = s.interval.as_nanos() as u64;
@@ -311,32 +409,56 @@ impl Capturer {
 
         let threshold_ns = s.stall_threshold.as_nanos() as u64;
         let mut captured = false;
-        let mut due: BTreeMap<u32, Vec<InflightWait>> = BTreeMap::new();
+        let mut due: BTreeMap<u32, Vec<(Wait, String)>> = BTreeMap::new();
+        // GPU waits asked for, whatever their age (rate limited, not noted).
+        let mut asked: BTreeMap<u32, Vec<(Wait, String)>> = BTreeMap::new();
         for w in &waits {
-            if now_ns.saturating_sub(w.start_ns) < threshold_ns || self.seen.contains(&(w.tid, w.start_ns)) {
+            if self.seen.contains(&(w.tid, w.start_ns)) {
+                continue;
+            }
+            let long = now_ns.saturating_sub(w.start_ns) >= threshold_ns;
+            if !long && w.gpu_api.is_none() {
                 continue;
             }
             let Ok(name) = std::fs::read_to_string(format!("/proc/{}/task/{}/comm", w.tgid, w.tid)) else {
                 continue; // gone
             };
-            let name = name.trim_end_matches('\n');
-            if crate::os::futex::is_request_thread(w.tgid, w.tid, name, &s.request_threads, &s.ignore_threads)
-            {
-                due.entry(w.tgid).or_default().push(*w);
+            let name = name.trim_end_matches('\n').to_string();
+            if !long {
+                if self.store.wants_gpu(w.tgid, &name) && !self.last.contains_key(&w.tgid) {
+                    asked.entry(w.tgid).or_default().push((*w, name));
+                }
+                continue;
+            }
+            if crate::os::futex::is_request_thread(
+                w.tgid,
+                w.tid,
+                &name,
+                &s.request_threads,
+                &s.ignore_threads,
+            ) {
+                due.entry(w.tgid).or_default().push((*w, name));
             } else {
                 // An idle worker's long wait: not looked at again.
                 self.seen.insert((w.tid, w.start_ns));
             }
         }
+        for (tgid, mut more) in asked {
+            let e = due.entry(tgid).or_default();
+            more.retain(|m| !e.iter().any(|d| d.0.tid == m.0.tid));
+            e.extend(more);
+        }
         for (tgid, due) in due {
-            for w in &due {
+            for (w, _) in &due {
                 self.seen.insert((w.tid, w.start_ns));
             }
             if self.last.contains_key(&tgid) {
-                for w in &due {
+                for (w, thread) in &due {
                     self.store.insert(Capture {
                         tgid,
                         tid: w.tid,
+                        thread: thread.clone(),
+                        gpu_api: w.gpu_api,
                         start_ns: w.start_ns,
                         captured_ns: now_ns,
                         result: "rate_limited",
@@ -349,7 +471,7 @@ impl Capturer {
                 continue;
             }
             self.last.insert(tgid, now_ns);
-            let of_process: Vec<InflightWait> = waits.iter().filter(|w| w.tgid == tgid).copied().collect();
+            let of_process: Vec<Wait> = waits.iter().filter(|w| w.tgid == tgid).copied().collect();
             let started = std::time::Instant::now();
             let done = capture(tgid, &due, &of_process, s.interval);
             self.store.add_time(started.elapsed());
@@ -378,6 +500,8 @@ mod tests {
         Capture {
             tgid: 1,
             tid,
+            thread: "server".into(),
+            gpu_api: None,
             start_ns: start,
             captured_ns: captured,
             result: "ok",
@@ -404,6 +528,34 @@ mod tests {
         let r: HashMap<_, _> = s.results().into_iter().collect();
         assert_eq!(r["ok"], MAX_PENDING as u64 + 10);
         assert_eq!(r.len(), RESULTS.len());
+    }
+
+    #[test]
+    fn gpu_captures_are_asked_for_and_handed_out_by_thread_name() {
+        let s = CaptureStore::new();
+        s.want_gpu(1, "server", 1000);
+        assert!(s.wants_gpu(1, "server") && !s.wants_gpu(1, "loader") && !s.wants_gpu(2, "server"));
+        // A futex wait's capture answers nothing.
+        s.insert(cap(7, 10, 2000));
+        assert!(s.wants_gpu(1, "server"));
+        assert!(s.take_gpu(1, "server").is_none());
+        let gpu = |tid, start, captured| Capture {
+            gpu_api: Some("cuStreamSynchronize"),
+            ..cap(tid, start, captured)
+        };
+        s.insert(Capture { result: "rate_limited", ..gpu(7, 20, 2100) });
+        assert!(s.wants_gpu(1, "server"), "a rate-limited capture answers nothing");
+        s.insert(gpu(7, 30, 2200));
+        s.insert(gpu(8, 40, 2300));
+        assert!(!s.wants_gpu(1, "server"));
+        assert!(s.take_gpu(1, "loader").is_none());
+        assert_eq!(s.take_gpu(1, "server").map(|c| (c.tid, c.start_ns)), Some((8, 40)), "the latest");
+        assert_eq!(s.take_gpu(1, "server").map(|c| c.start_ns), Some(30));
+        assert_eq!(s.take(7, 10).map(|c| c.gpu_api), Some(None), "the futex capture is left");
+        // Requests end with the findings window.
+        s.want_gpu(3, "server", 5000);
+        s.prune(5001);
+        assert!(!s.wants_gpu(3, "server"));
     }
 
     #[test]

@@ -253,7 +253,7 @@ impl Printer<'_> {
                 }
                 _ => {}
             },
-            Event::FileClosed(_) => {}
+            Event::FileClosed(_) | Event::GpuWait(_) => {}
         }
         Ok(())
     }
