@@ -46,6 +46,8 @@
 //! - `daemon`: the daemon's CPU, memory, start time and scaling;
 //! - `switches`: the scheduler programs' cost per context switch, next to
 //!   a minimal exact accountant of on-CPU and run-queue time;
+//! - `gpu`: the GPU uprobes' cost per probed CUDA call, next to bpftrace's
+//!   uprobe and uretprobe on the same function, and a call not probed;
 //! - `report`: the report's sections, and where it is written.
 //!
 //! Its binaries: `sp-bench` (the call loops, `src/bin/sp-bench.rs`) and
@@ -55,6 +57,7 @@
 mod bpfstats;
 mod calls;
 mod daemon;
+mod gpu;
 mod harness;
 mod machine;
 #[cfg(feature = "reference-programs")]
@@ -109,6 +112,10 @@ pub fn bench(root: &Path, options: &Options) -> Result<()> {
     // The scheduler programs' cost per switch, with sonic-probe run.
     if tracers.contains(&Tracer::SonicRun) {
         report.push_str(&switches::section(&harness::Bench::new(root, smoke), rounds, smoke)?);
+    }
+    // The GPU uprobes' cost per probed call, next to bpftrace's.
+    if tracers.contains(&Tracer::SonicRun) && tracers.contains(&Tracer::Bpftrace) {
+        report.push_str(&gpu::section(&harness::Bench::new(root, smoke), rounds, smoke)?);
     }
     // A subset (--only) reports its rounds alone; the daemon's load and
     // scaling come with every tracer (the baseline only where there is one:

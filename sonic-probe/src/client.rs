@@ -356,6 +356,7 @@ mod tests {
                 stack: Vec::new(),
                 waker_stack: Vec::new(),
                 stack_note: None,
+                stack_wait_seconds: None,
             })),
             finding(Detail::RepeatedOpen(repeated_open::Detail {
                 path: "/models/sonic/lip_decoder.pth".into(),
@@ -439,6 +440,7 @@ mod tests {
                 frame("load_weights", Some("/srv/app/loader.py"), Some(41), None, py()),
             ],
             stack_note: Some("captured 0.3 s into the wait".into()),
+            stack_wait_seconds: Some(1.5),
         }));
         let t = render_table(std::slice::from_ref(&stall));
         assert!(t.contains("; infer() at server.py:88 waits; load_weights() at loader.py:41 holds"), "{t}");
@@ -461,6 +463,7 @@ mod tests {
             stack: Vec::new(),
             waker_stack: Vec::new(),
             stack_note: Some("rate_limited: at most one stack capture per process every 10s".into()),
+            stack_wait_seconds: None,
         }));
         limited.pid = 1;
         assert!(render_table(&[limited]).contains("; no stack: rate_limited: at most one"));

@@ -70,58 +70,18 @@ fn target_dir() -> PathBuf {
     exe.parent().and_then(|d| d.parent()).expect("target dir").to_path_buf()
 }
 
-/// NVIDIA's CUDA runtime package on PyPI, pinned: its libcudart.so.12 is the
-/// real library (without a driver each call returns an error at once,
-/// through its real entry points).
-pub const CUDA_RUNTIME_PACKAGE: &str = "nvidia-cuda-runtime-cu12==12.9.79";
-
-/// libcudart.so.12 of [`CUDA_RUNTIME_PACKAGE`], fetched once with pip into
-/// target/cuda-runtime/ (the wheel unpacked as a virtualenv's
-/// site-packages would hold it: nvidia/cuda_runtime/lib/).
+/// libcudart.so.12 of NVIDIA's CUDA runtime package on PyPI, pinned
+/// (tests/fetch_cuda_runtime.py, which the benchmark uses too), fetched
+/// once with pip into target/cuda-runtime/ (the wheel unpacked as a
+/// virtualenv's site-packages would hold it: nvidia/cuda_runtime/lib/).
+/// The real library: without a driver each call returns an error at once,
+/// through its real entry points.
 pub fn cuda_runtime() -> PathBuf {
     let dir = target_dir().parent().expect("target/").join("cuda-runtime");
-    let lib = dir.join("site-packages/nvidia/cuda_runtime/lib/libcudart.so.12");
-    if lib.exists() {
-        return lib;
-    }
-    // Unpacked aside and renamed into place: tests running at once race
-    // harmlessly.
-    let tmp = dir.join(format!("tmp-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new("/usr/bin/python3").args(args).output().expect("python3");
-        assert!(out.status.success(), "python3 {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
-    };
-    let wheels = tmp.join("wheel");
-    let wheels_s = wheels.to_str().expect("a UTF-8 path");
-    run(&[
-        "-m",
-        "pip",
-        "download",
-        "-q",
-        "--no-deps",
-        "--only-binary=:all:",
-        "-d",
-        wheels_s,
-        CUDA_RUNTIME_PACKAGE,
-    ]);
-    let wheel = std::fs::read_dir(&wheels)
-        .expect("pip's download directory")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.extension().is_some_and(|e| e == "whl"))
-        .expect("a wheel");
-    let site = tmp.join("site-packages");
-    run(&[
-        "-m",
-        "zipfile",
-        "-e",
-        wheel.to_str().expect("a UTF-8 path"),
-        site.to_str().expect("a UTF-8 path"),
-    ]);
-    let _ = std::fs::rename(&site, dir.join("site-packages"));
-    let _ = std::fs::remove_dir_all(&tmp);
-    assert!(lib.exists(), "{} after unpacking {}", lib.display(), wheel.display());
-    lib
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fetch_cuda_runtime.py");
+    let out = std::process::Command::new("/usr/bin/python3").arg(script).arg(&dir).output().expect("python3");
+    assert!(out.status.success(), "fetch_cuda_runtime.py: {}", String::from_utf8_lossy(&out.stderr));
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
 /// The sonic-probe binary (SONIC_PROBE_BIN, or the one next to the tests).
@@ -174,6 +134,14 @@ pub fn schedstat(pid: u32, tid: u32) -> (f64, f64) {
     let f: Vec<f64> = text.split_whitespace().filter_map(|v| v.parse().ok()).collect();
     assert!(f.len() >= 2, "{path}: {text:?}");
     (f[0] / 1e9, f[1] / 1e9)
+}
+
+/// The times the kernel has run thread `tid` on a CPU (the third field of
+/// its schedstat): each is a switch to it.
+pub fn timeslices(pid: u32, tid: u32) -> u64 {
+    let path = format!("/proc/{pid}/task/{tid}/schedstat");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    text.split_whitespace().nth(2).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{path}: {text:?}"))
 }
 
 /// Resident memory of a process, in bytes (VmRSS).

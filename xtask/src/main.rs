@@ -18,6 +18,7 @@ use sonic_probe_bench as bench;
 
 mod deps;
 mod fuzz;
+mod gpu_check;
 mod vmtest;
 
 const USAGE: &str = "\
@@ -62,6 +63,13 @@ tasks:
                  tests on each (the host's binaries in an initramfs), or COMMAND instead
                  (sonic-probe and sp-workload on PATH; exits with its status); --env
                  is exported in the guest; logs in target/vmtest/serial-VERSION.log
+  gpu-check [--python PATH] [--seconds N]
+                 on a machine with an NVIDIA GPU, its driver and PyTorch (PATH: the
+                 interpreter that has it; default python3): run a request loop that
+                 calls .item() every step (xtask/gpu_check.py, N seconds, default 10)
+                 under the daemon and PyTorch's profiler; check cudaStreamSynchronize's
+                 count against the profiler's, the thread's gpu share (>= 80%) and the
+                 gpu_wait finding's line (needs root); without a GPU: one line, skipped
   fuzz [--seconds N] [--toolchain NAME] [TARGET...]
                  run the cargo-fuzz targets in fuzz/ (config_file, event_decode) for
                  N seconds each (default 30); fails with the crashing input's path
@@ -95,6 +103,7 @@ fn main() -> ExitCode {
         Some("bench") => bench_task(&args[1..]),
         Some("fuzz") => fuzz::run(&args[1..]),
         Some("vmtest") => vmtest::run(&args[1..]),
+        Some("gpu-check") => gpu_check::run(&args[1..]),
         Some("-h" | "--help" | "help") => {
             print!("{USAGE}");
             Ok(())

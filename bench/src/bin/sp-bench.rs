@@ -15,6 +15,11 @@
 //!   pingpong   two threads on one CPU waking each other through a futex:
 //!              N round trips, two context switches (and two wake-ups)
 //!              each; prints per switch (run with --cpu to pin both)
+//!   cuda-sync  cudaStreamSynchronize(NULL) of the CUDA runtime library
+//!              at $SP_BENCH_CUDA_LIB (loaded with dlopen before --wait;
+//!              NVIDIA's real one returns an error at once without a
+//!              driver): a call the GPU uprobes probe
+//!   cuda-other cudaGetDeviceCount of the same library: one they do not
 //! With --rate it paces itself to that many calls per second (per thread);
 //! --open-files keeps K more regular files open meanwhile; --wait prints
 //! `ready` and waits for a byte on stdin before starting (so that a probe
@@ -25,8 +30,34 @@
 
 use std::{
     ffi::CString,
+    sync::OnceLock,
     time::{Duration, Instant},
 };
+
+/// The CUDA runtime function of a cuda-* call: one pointer argument, an
+/// int result (cudaStreamSynchronize(stream), cudaGetDeviceCount(&n)).
+type CudaCall = unsafe extern "C" fn(*mut libc::c_void) -> libc::c_int;
+static CUDA_CALL: OnceLock<CudaCall> = OnceLock::new();
+
+/// Loads $SP_BENCH_CUDA_LIB and finds `symbol` in it.
+fn load_cuda(symbol: &str) -> CudaCall {
+    let lib = std::env::var("SP_BENCH_CUDA_LIB").unwrap_or_else(|_| die("cuda-*: set SP_BENCH_CUDA_LIB"));
+    let path = CString::new(lib.clone()).unwrap_or_else(|_| die("bad SP_BENCH_CUDA_LIB"));
+    let name = CString::new(symbol).expect("a symbol name");
+    // SAFETY: loading a library and looking up a symbol by name; the
+    // symbol is a C function of the CudaCall signature.
+    unsafe {
+        let handle = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        if handle.is_null() {
+            die(&format!("dlopen {lib} failed"));
+        }
+        let f = libc::dlsym(handle, name.as_ptr());
+        if f.is_null() {
+            die(&format!("{symbol} not in {lib}"));
+        }
+        std::mem::transmute::<*mut libc::c_void, CudaCall>(f)
+    }
+}
 
 fn die(msg: &str) -> ! {
     eprintln!("sp-bench: {msg}");
@@ -134,6 +165,19 @@ fn bench(call: &str, n: u64, rate: Option<u64>) -> (Duration, u64) {
                 });
                 (t, 2 * n)
             }
+            "cuda-sync" | "cuda-other" => {
+                let f = *CUDA_CALL.get().expect("loaded in main");
+                let mut count: libc::c_int = 0;
+                let arg = if call == "cuda-sync" {
+                    std::ptr::null_mut()
+                } else {
+                    (&mut count as *mut libc::c_int).cast()
+                };
+                let t = run(n, rate, || {
+                    f(arg);
+                });
+                (t, n)
+            }
             "pingpong" => {
                 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
                 static TURN: AtomicU32 = AtomicU32::new(0);
@@ -209,6 +253,15 @@ fn main() {
         std::fs::write(&path, b"x").unwrap_or_else(|e| die(&format!("{}: {e}", path.display())));
         kept.push(std::fs::File::open(&path).unwrap_or_else(|e| die(&e.to_string())));
         let _ = std::fs::remove_file(&path);
+    }
+    match call.as_str() {
+        "cuda-sync" => {
+            let _ = CUDA_CALL.set(load_cuda("cudaStreamSynchronize"));
+        }
+        "cuda-other" => {
+            let _ = CUDA_CALL.set(load_cuda("cudaGetDeviceCount"));
+        }
+        _ => {}
     }
     if args.iter().any(|a| a == "--wait") {
         println!("ready");

@@ -92,6 +92,25 @@ pub struct Detail {
     /// the stacks were read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack_note: Option<String>,
+    /// The wait of the stall the stacks are of: the longest stall that
+    /// was captured (a later, longer one may not be: rate limited), so it
+    /// may be less than `wait_seconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_wait_seconds: Option<f64>,
+}
+
+impl Detail {
+    fn has_stacks(&self) -> bool {
+        !self.stack.is_empty() || !self.waker_stack.is_empty()
+    }
+
+    /// The stacks of a shorter stall than the longest, said so (shorter
+    /// as printed, to the hundredth of a second: stalls of one known
+    /// length differ by microseconds).
+    fn of_shorter_stall(&self) -> Option<f64> {
+        let cs = |s: f64| (s * 100.0).round();
+        self.stack_wait_seconds.filter(|w| self.has_stacks() && cs(*w) < cs(self.wait_seconds))
+    }
 }
 
 impl DetailKind for Detail {
@@ -103,10 +122,24 @@ impl DetailKind for Detail {
 
     fn fold(&mut self, later: Self) {
         let count = self.count + later.count;
-        // The details, stacks included, are those of the longest wait (the
-        // thread name is the same: it is the problem's key).
+        // The details are those of the longest wait (the thread name is the
+        // same: it is the problem's key); the stacks, those of the longest
+        // captured one.
+        let stacks =
+            |d: &Detail| (d.stack.clone(), d.waker_stack.clone(), d.stack_note.clone(), d.stack_wait_seconds);
+        // (An older daemon's stacks, without stack_wait_seconds: the longest's.)
+        let of = |d: &Detail| d.stack_wait_seconds.unwrap_or(d.wait_seconds);
+        let captured = match (self.has_stacks(), later.has_stacks()) {
+            (true, true) if of(&later) >= of(self) => Some(stacks(&later)),
+            (true, _) => Some(stacks(self)),
+            (false, true) => Some(stacks(&later)),
+            (false, false) => None,
+        };
         if later.wait_seconds >= self.wait_seconds {
             *self = later;
+        }
+        if let Some((st, ws, sn, sw)) = captured {
+            (self.stack, self.waker_stack, self.stack_note, self.stack_wait_seconds) = (st, ws, sn, sw);
         }
         self.count = count;
     }
@@ -133,6 +166,9 @@ impl DetailKind for Detail {
         }
         if !where_.is_empty() {
             s.push_str(&format!("; {}", where_.join("; ")));
+            if let Some(w) = self.of_shorter_stall() {
+                s.push_str(&format!(" (stacks of a {w:.2} s stall)"));
+            }
         } else if let Some(note) = &self.stack_note {
             // Only the reason (the part before any detail).
             let why = note.split(';').next().unwrap_or(note);
@@ -159,6 +195,12 @@ impl DetailKind for Detail {
         block(waker, &self.waker_stack);
         if let Some(note) = &self.stack_note {
             out.push_str(&format!("    stacks: {note}\n"));
+        }
+        if let Some(w) = self.of_shorter_stall() {
+            out.push_str(&format!(
+                "    of a {w:.2} s stall: the longest ({:.2} s) was not captured\n",
+                self.wait_seconds
+            ));
         }
         out
     }
@@ -298,6 +340,7 @@ impl Detector for FutexStall {
                 stack: Vec::new(),
                 waker_stack: Vec::new(),
                 stack_note: None,
+                stack_wait_seconds: None,
             }
             .into(),
             pid: c.tgid(),
@@ -319,19 +362,29 @@ impl Detector for FutexStall {
             stack: st,
             waker_stack: ws,
             stack_note: sn,
+            stack_wait_seconds: sw,
             ..
         }) = &mut rec.detail
         {
             *count += 1;
             *t = thread;
+            let longest = wait >= *wait_seconds;
             // The details are those of the longest stall.
-            if wait >= *wait_seconds {
+            if longest {
                 *wait_seconds = wait;
                 *o = op;
                 *uaddr = format!("{:#x}", c.raw.args[0]);
                 *w = waker_tid;
                 *wt = waker_thread;
-                (*st, *ws, *sn) = (stack, waker_stack, stack_note);
+            }
+            // The stacks, those of the longest stall captured; the note of
+            // the longest while none was.
+            let captured = !stack.is_empty() || !waker_stack.is_empty();
+            let had = !st.is_empty() || !ws.is_empty();
+            if captured && (!had || sw.is_none_or(|k| wait >= k)) {
+                (*st, *ws, *sn, *sw) = (stack, waker_stack, stack_note, Some(wait));
+            } else if !had && longest {
+                *sn = stack_note;
             }
         }
     }
@@ -528,11 +581,48 @@ mod tests {
         let s = stalls(&mut e, 6 * SEC);
         let findings::Detail::FutexStall(Detail { stack, count, .. }) = &s[0] else { panic!() };
         assert_eq!((*count, stack.len()), (2, 2));
-        // A longer one without a capture says why it has none.
+        // A longer one without a capture (rate limited, or over before the
+        // capturer saw it) keeps the captured stall's stacks, and says so.
         e.observe(&wait(100, 100, 7 * SEC, 3 * SEC, 0, WAIT_PRIVATE, 105));
         let s = stalls(&mut e, 11 * SEC);
-        let findings::Detail::FutexStall(Detail { stack, stack_note, .. }) = &s[0] else { panic!() };
-        assert!(stack.is_empty());
+        let findings::Detail::FutexStall(d) = &s[0] else { panic!() };
+        assert_eq!(
+            (names(&d.stack), d.wait_seconds, d.stack_wait_seconds),
+            (vec!["infer".into(), "futex_wait".into()], 3.0, Some(2.0))
+        );
+        assert_eq!(d.stack_note.as_deref(), Some("captured 0.5 s into the wait"));
+        assert!(
+            d.describe().ends_with(
+                "infer() at app.py:7 waits; load_weights() at app.py:7 holds (stacks of a 2.00 s stall)"
+            ),
+            "{}",
+            d.describe()
+        );
+        assert!(
+            d.stacks().ends_with("    of a 2.00 s stall: the longest (3.00 s) was not captured\n"),
+            "{}",
+            d.stacks()
+        );
+        // Folded with another process's finding without stacks, longer
+        // still: its details, these stacks.
+        let mut folded = d.clone();
+        folded.fold(Detail {
+            wait_seconds: 4.0,
+            stack: Vec::new(),
+            waker_stack: Vec::new(),
+            stack_note: Some("not captured".into()),
+            stack_wait_seconds: None,
+            ..d.clone()
+        });
+        assert_eq!((folded.wait_seconds, folded.stack_wait_seconds, folded.stack.len()), (4.0, Some(2.0), 2));
+        // A stall never captured says why it has none.
+        let mut e = engine_sharing(|_| {}, &Shared { captures: Some(store.clone()) });
+        e.observe(&wait(100, 100, 7 * SEC, 3 * SEC, 0, WAIT_PRIVATE, 105));
+        let s = stalls(&mut e, 11 * SEC);
+        let findings::Detail::FutexStall(Detail { stack, stack_note, stack_wait_seconds, .. }) = &s[0] else {
+            panic!()
+        };
+        assert!(stack.is_empty() && stack_wait_seconds.is_none());
         assert!(stack_note.as_deref().unwrap().starts_with("not captured"), "{stack_note:?}");
         // JSON without the new fields (an older daemon's) still parses.
         let old = serde_json::json!({"kind": "futex_stall", "tid": 1, "thread": "t", "wait_seconds": 1.0,

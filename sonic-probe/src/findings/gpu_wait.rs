@@ -130,6 +130,22 @@ pub struct Detail {
 }
 
 impl Detail {
+    /// A finding of `thread` over `span_ns` in which it waited `gpu_ns`
+    /// (`share` of its time) in `apis`, no more known yet.
+    fn of_window(thread: &str, span_ns: u64, gpu_ns: u64, share: f64, apis: Vec<ApiWaits>) -> Detail {
+        Detail {
+            thread: thread.to_string(),
+            window_seconds: span_ns as f64 / 1e9,
+            gpu_seconds: gpu_ns as f64 / 1e9,
+            gpu_share: share,
+            apis,
+            count: 1,
+            longest_wait: None,
+            stack: Vec::new(),
+            stack_note: None,
+        }
+    }
+
     /// `update` of a finding seen again: `later`, with the peak share, the
     /// longest wait and, if `later` has none, the earlier stack.
     fn updated(&self, later: Detail) -> Detail {
@@ -378,12 +394,6 @@ impl GpuWait {
             self.apis(key.0, &key.1, last.saturating_sub(span), span)
         };
         let detail = Detail {
-            thread: key.2.clone(),
-            window_seconds: span as f64 / 1e9,
-            gpu_seconds: gpu as f64 / 1e9,
-            gpu_share: share,
-            apis,
-            count: 1,
             longest_wait: Some(LongWait {
                 api: g.api().to_string(),
                 seconds: g.raw.duration_ns as f64 / 1e9,
@@ -391,6 +401,7 @@ impl GpuWait {
             }),
             stack,
             stack_note,
+            ..Detail::of_window(&key.2, span, gpu, share, apis)
         };
         let track = self.tracks.get_mut(&key).expect("made above");
         thread_share::found(&mut track.finding, g.tgid(), input.incarnation, end, detail, |e, d| {
@@ -530,17 +541,7 @@ impl GpuWait {
             let has_stack = self.tracks.get(&key).is_some_and(|t| t.has_stack(incarnation));
             let (stack, stack_note) = self.share_stack(pid, &key.2, has_stack, now_ns);
             let track = self.tracks.get_mut(&key).expect("tracked above");
-            let detail = Detail {
-                thread: key.2.clone(),
-                window_seconds: span as f64 / 1e9,
-                gpu_seconds: gpu as f64 / 1e9,
-                gpu_share: share,
-                apis,
-                count: 1,
-                longest_wait: None,
-                stack,
-                stack_note,
-            };
+            let detail = Detail { stack, stack_note, ..Detail::of_window(&key.2, span, gpu, share, apis) };
             // GPU time while bound: the whole window the first time, then
             // each sweep's growth.
             let at = |p: &(u64, StateNs)| p.1[THREAD_GPU as usize];

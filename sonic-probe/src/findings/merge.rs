@@ -148,6 +148,7 @@ mod tests {
                 }],
                 waker_stack: Vec::new(),
                 stack_note: None,
+                stack_wait_seconds: None,
             }),
             pid,
             incarnation: u64::from(pid),

@@ -10,7 +10,9 @@
 //! process that synchronizes now and then).
 //!
 //! Steps, each after a go byte on stdin: print "ready"; (go) load LIB,
-//! print "loaded"; (go) make the calls, print "done"; (go) exit.
+//! print "loaded"; (go) make the calls, print "took SYMBOL NS" for each
+//! symbol (the time its calls took, by this process's own clock read
+//! around each call) and "done"; (go) exit.
 //! --ns-copy DIR: first move to a mount namespace of its own, mount a
 //! tmpfs at DIR there and copy LIB into it: the file it loads exists only
 //! in its namespace (a container's image).
@@ -95,16 +97,28 @@ fn main() {
         .collect();
     say("loaded");
     go();
-    for (f, n) in &fns {
-        let Some(f) = f else {
+    let mut took: Vec<(String, std::time::Duration)> = Vec::new();
+    for ((f, n), (sym, _)) in fns.iter().zip(&calls) {
+        let (Some(f), Some(sym)) = (f, sym) else {
             std::thread::sleep(std::time::Duration::from_millis(*n));
             continue;
         };
+        let sym = sym.to_string_lossy().into_owned();
+        let mut total = std::time::Duration::ZERO;
         for _ in 0..*n {
+            let start = std::time::Instant::now();
             // SAFETY: null arguments: the calls check them, or (the
             // stand-in) ignore them.
             unsafe { f(0, 0, 0, 0) };
+            total += start.elapsed();
         }
+        match took.iter_mut().find(|t| t.0 == sym) {
+            Some(t) => t.1 += total,
+            None => took.push((sym, total)),
+        }
+    }
+    for (sym, t) in &took {
+        say(&format!("took {sym} {}", t.as_nanos()));
     }
     say("done");
     go();

@@ -1,4 +1,4 @@
-//! The guest's binaries: sonic-probe, sp-workload, sp-bench and the test
+//! The guest's binaries: sonic-probe, sp-workload, sp-bench, sp-cuda and the test
 //! binaries of the plan, the very ones the host's `cargo xtask test` built
 //! and ran (target/debug, the workspace's dev profile), copied into the
 //! initramfs with the shared libraries ldd names for them.
@@ -31,6 +31,8 @@ pub struct Binaries {
     pub daemon: PathBuf,
     pub workload: PathBuf,
     pub bench: PathBuf,
+    /// The GPU tests' CUDA caller.
+    pub cuda_caller: PathBuf,
     /// Test binary name (core, ops, ...) to its path; none for a command.
     pub tests: BTreeMap<String, PathBuf>,
 }
@@ -38,7 +40,7 @@ pub struct Binaries {
 impl Binaries {
     /// Every binary, for their shared libraries.
     pub fn all(&self) -> impl Iterator<Item = &PathBuf> {
-        [&self.daemon, &self.workload, &self.bench].into_iter().chain(self.tests.values())
+        [&self.daemon, &self.workload, &self.bench, &self.cuda_caller].into_iter().chain(self.tests.values())
     }
 }
 
@@ -58,6 +60,7 @@ pub fn build(plan: &[(&str, Vec<&str>)]) -> Result<Binaries> {
         daemon: find("bin", "sonic-probe", false)?,
         workload: find("bin", "sp-workload", false)?,
         bench: find("bin", "sp-bench", false)?,
+        cuda_caller: find("bin", "sp-cuda", false)?,
         tests: plan
             .iter()
             .map(|(bin, _)| Ok((bin.to_string(), find("test", bin, true)?)))
@@ -113,6 +116,34 @@ fn cargo_artifacts(args: &[&str]) -> Result<Vec<Artifact>> {
         });
     }
     Ok(found)
+}
+
+/// Where the guest finds the GPU tests' stand-in CUDA libraries (the
+/// tests' SONIC_PROBE_STAND_IN_CUDA: the guest has no C compiler).
+pub const STAND_IN_CUDA_GUEST_DIR: &str = "vmtest/stand-in-cuda";
+
+/// Builds tests/workloads/stand_in_cuda.c into `dir` as the GPU tests do
+/// (tests/tests/gpu.rs, stand_in: the same two commands): libcuda.so.1,
+/// and libcudart.so.12 linked to it through $ORIGIN.
+pub fn stand_in_cuda(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let src = root().join("tests/workloads/stand_in_cuda.c");
+    let build = |out: &str, extra: &[&str]| -> Result<()> {
+        let status = Command::new("cc")
+            .args(["-O1", "-shared", "-fPIC", "-o"])
+            .arg(dir.join(out))
+            .arg(&src)
+            .args(extra)
+            .status()
+            .context("cannot run cc")?;
+        if !status.success() {
+            bail!("cc {out} failed ({status})");
+        }
+        Ok(())
+    };
+    build("libcuda.so.1", &[])?;
+    let l = format!("-L{}", dir.display());
+    build("libcudart.so.12", &["-DSP_RUNTIME", &l, "-l:libcuda.so.1", "-Wl,-rpath,$ORIGIN"])
 }
 
 /// True if the ELF file at `path` has no program interpreter (static or

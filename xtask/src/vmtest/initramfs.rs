@@ -93,6 +93,18 @@ pub fn write(
     cpio.copy("vmtest/target/sonic-probe", &bins.daemon)?;
     cpio.copy("vmtest/target/sp-workload", &bins.workload)?;
     cpio.copy("vmtest/target/sp-bench", &bins.bench)?;
+    cpio.copy("vmtest/target/sp-cuda", &bins.cuda_caller)?;
+    let mut env = env.to_vec();
+    if plan.iter().any(|(bin, _)| *bin == "gpu") {
+        let built = super::dir().join("stand-in-cuda");
+        super::binaries::stand_in_cuda(&built)?;
+        let guest = super::binaries::STAND_IN_CUDA_GUEST_DIR;
+        cpio.dir(guest)?;
+        for lib in ["libcuda.so.1", "libcudart.so.12"] {
+            cpio.copy(&format!("{guest}/{lib}"), &built.join(lib))?;
+        }
+        env.push(("SONIC_PROBE_STAND_IN_CUDA".into(), format!("/{guest}")));
+    }
     for (name, p) in &bins.tests {
         cpio.copy(&format!("vmtest/target/deps/{name}"), p)?;
     }

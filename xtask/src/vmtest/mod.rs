@@ -82,6 +82,12 @@
 //! - kernels: the variant follows the features the kernel accepts (all
 //!   fallbacks on 5.10), a kernel reporting 2.6 still attaches, and each
 //!   fallback forced alone counts exactly where it is not the kernel's own.
+//! - gpu: uprobes on a CUDA library's waiting calls attach and count
+//!   exactly (the suite's stand-in libraries, built on the host: the
+//!   guest has no compiler), their time the thread's `gpu` state (uprobes
+//!   and uretprobes, and where they find the thread's clock, differ by
+//!   kernel). Host only: the real runtime library's symbols and counts
+//!   (the same probes), the gpu_wait finding (user space, and Python).
 //! - prometheus.rs and stacks.rs are left out whole: they need Prometheus
 //!   and python3.
 //!
@@ -188,6 +194,7 @@ const PLAN: &[(&str, &[&str])] = &[
             "each_fallback_alone_counts_exactly_and_names_the_waker",
         ],
     ),
+    ("gpu", &["a_wait_takes_its_known_time_and_is_the_threads_gpu_state"]),
 ];
 
 /// Tests with wall-clock bounds that a vCPU preempted on a busy host can
@@ -197,8 +204,11 @@ const PLAN: &[(&str, &[&str])] = &[
 /// their exact counts in the same tests are never retried: a count that is
 /// wrong once is a bug). A pass on the retry is reported as flaky and fails
 /// the kernel unless the test is in [`ALLOWED_FLAKY`].
-const RETRY_ONCE: &[&str] =
-    &["a_200ms_futex_wait_lands_in_the_right_bucket", "every_futex_wait_operation_is_a_stall_with_its_waker"];
+const RETRY_ONCE: &[&str] = &[
+    "a_200ms_futex_wait_lands_in_the_right_bucket",
+    "every_futex_wait_operation_is_a_stall_with_its_waker",
+    "a_wait_takes_its_known_time_and_is_the_threads_gpu_state",
+];
 
 /// Tests that may pass on their retry without failing the run, and why.
 const ALLOWED_FLAKY: &[(&str, &str)] = &[
