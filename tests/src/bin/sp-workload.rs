@@ -278,6 +278,13 @@ fn pin_to(cpu: usize) {
 }
 
 /// Whether thread `tid` of this process sits in system call `nr`.
+/// This thread's time on a CPU and waiting for one so far, as the kernel
+/// counts it (/proc/thread-self/schedstat), in nanoseconds.
+fn own_cpu_and_runqueue_ns() -> u64 {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    text.split_whitespace().take(2).filter_map(|v| v.parse::<u64>().ok()).sum()
+}
+
 fn in_syscall(tid: u32, nr: i64) -> bool {
     std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
         .is_ok_and(|s| s.split_whitespace().next() == Some(&nr.to_string()))
@@ -435,9 +442,14 @@ fn blocked(slow_file: Option<std::fs::File>) {
             name_thread(name);
             let start = monotonic_ns();
             TIDS[slot].store(gettid(), SeqCst);
+            // The kernel's count of its time on and waiting for a CPU
+            // around the calls (read outside them): what of its own
+            // measurement was not a block.
+            let busy_before = own_cpu_and_runqueue_ns();
             let blocked_ns = body();
+            let busy_ns = own_cpu_and_runqueue_ns().saturating_sub(busy_before);
             let end = monotonic_ns();
-            (start, end, blocked_ns)
+            (start, end, blocked_ns, busy_ns)
         });
         (name, slot, spawned, handle)
     };
@@ -550,8 +562,8 @@ fn blocked(slow_file: Option<std::fs::File>) {
         }),
     ];
     for (name, slot, spawned, h) in handles {
-        let (start, end, blocked_ns) = h.join().unwrap_or_else(|_| die("a thread panicked"));
-        println!("thread {name} {} {start} {end} {blocked_ns} {spawned}", TIDS[slot].load(SeqCst));
+        let (start, end, blocked_ns, busy_ns) = h.join().unwrap_or_else(|_| die("a thread panicked"));
+        println!("thread {name} {} {start} {end} {blocked_ns} {spawned} {busy_ns}", TIDS[slot].load(SeqCst));
     }
     for w in wakers {
         let _ = w.join();
