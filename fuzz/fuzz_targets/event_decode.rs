@@ -65,6 +65,10 @@ fuzz_target!(|buf: &[u8]| {
             assert_eq!(f.raw.as_bytes(), front);
             let _ = (f.tgid(), f.fd());
         }
+        Event::GpuWait(g) => {
+            assert_eq!(g.raw.as_bytes(), front);
+            let _ = (g.tgid(), g.tid(), g.api(), g.duration(), g.thread_name(), g.process_name());
+        }
     }
 });
 
