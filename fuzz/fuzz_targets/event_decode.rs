@@ -13,9 +13,9 @@
 use libfuzzer_sys::fuzz_target;
 use sonic_probe::events::{decode, DecodeError, Event};
 use sonic_probe_common::{
-    EventHeader, FileCloseEvent, ProcessEvent, SharedStruct, SyscallEvent, SyscallPathEvent,
-    EVENT_FILE_CLOSE, EVENT_PROCESS_EXEC, EVENT_PROCESS_EXIT, EVENT_PROCESS_FORK, EVENT_SYSCALL,
-    EVENT_SYSCALL_PATH, PATH_CAP,
+    EventHeader, FileCloseEvent, GpuWaitEvent, ProcessEvent, SharedStruct, SyscallEvent,
+    SyscallPathEvent, EVENT_FILE_CLOSE, EVENT_GPU_WAIT, EVENT_PROCESS_EXEC, EVENT_PROCESS_EXIT,
+    EVENT_PROCESS_FORK, EVENT_SYSCALL, EVENT_SYSCALL_PATH, PATH_CAP,
 };
 
 fuzz_target!(|buf: &[u8]| {
@@ -79,6 +79,7 @@ fn size_of_kind(kind: u32) -> Option<usize> {
         EVENT_SYSCALL_PATH => size_of::<SyscallPathEvent>(),
         EVENT_PROCESS_EXEC | EVENT_PROCESS_FORK | EVENT_PROCESS_EXIT => size_of::<ProcessEvent>(),
         EVENT_FILE_CLOSE => size_of::<FileCloseEvent>(),
+        EVENT_GPU_WAIT => size_of::<GpuWaitEvent>(),
         _ => return None,
     })
 }
