@@ -163,8 +163,14 @@ fn on_cpu_and_runqueue_time_are_the_kernels_own() {
         let what = format!("{} on_cpu (CPU {cpu} in interrupts or stolen {:.3} s)", t.name, not_task[cpu]);
         assert_close(&what, on_cpu.0, on_cpu.1, 0.002 + not_task[cpu] + 0.01);
         assert_close(&format!("{} runqueue", t.name), runqueue.0, runqueue.1, 0.002 + wait_slack);
-        assert!(on_cpu.0 >= on_cpu.1 - 0.002, "{}: on_cpu {on_cpu:?}", t.name);
-        assert!(runqueue.0 <= runqueue.1 + 0.002, "{}: runqueue {runqueue:?}", t.name);
+        // Under TCG the guest's scheduler clock (the TSC, calibrated
+        // against an emulated timer) and its monotonic clock (ours) run at
+        // rates that differ by tenths of a percent (seen: 1.4998 s ours
+        // against the kernel's 1.5039 s of a 1.5 s spin): the direction
+        // holds within that.
+        let rate_slack = if tcg { 0.005 * interval } else { 0.0 };
+        assert!(on_cpu.0 >= on_cpu.1 - 0.002 - rate_slack, "{}: on_cpu {on_cpu:?}", t.name);
+        assert!(runqueue.0 <= runqueue.1 + 0.002 + rate_slack, "{}: runqueue {runqueue:?}", t.name);
         // The workload's own numbers: spinning, a thread is on CPU or
         // waiting for it; the pair shares CPU 0, solo has CPU 1 (how much
         // of it depends on what else the machine runs).
@@ -331,8 +337,13 @@ fn blocked_time_goes_to_its_cause_and_states_add_up_to_a_life() {
         // around its calls): its block is at least the rest (a filer's
         // ten reads are ten wake-ups, whose waits for a CPU a busy host,
         // or qemu's TCG, makes tens of ms).
+        // Under TCG the vCPUs' clocks disagree by a few ms (a block begun
+        // on one vCPU ends on another: seen 1.5181 s ours against 1.5073 s
+        // the thread measured): 1 % more there.
+        let clock_slack =
+            if std::env::var_os("SONIC_PROBE_UNDER_TCG").is_some() { 0.01 * known } else { 0.0 };
         assert!(
-            ours <= t.blocked_s && ours >= 0.98 * (t.blocked_s - t.busy_s),
+            ours <= t.blocked_s + clock_slack && ours >= 0.98 * (t.blocked_s - t.busy_s),
             "{name}: {state} {ours:.4} s, the thread measured {:.4} s, of which the kernel counted {:.4} s \
              on or waiting for a CPU",
             t.blocked_s,
