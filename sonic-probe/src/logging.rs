@@ -57,6 +57,11 @@ pub fn init_logging(filter: &str) -> crate::error::Result<()> {
         .with_writer(std::io::stderr)
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        // A log line that cannot be written (stderr closed: a pipe whose
+        // reader went away) is lost; by default the subscriber says so on
+        // stderr, and that print panics whatever thread logged, e.g. a
+        // stack capture's Python reader, in the middle of its read.
+        .log_internal_errors(false)
         .try_init()
         .ok();
     Ok(())

@@ -103,6 +103,14 @@ pub fn sonic_sim() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("workloads/sonic_sim.py")
 }
 
+/// Builds the C workload tests/workloads/`source` into `out` with `flags`
+/// (and -g): the stack tests build theirs with and without frame pointers.
+pub fn build_c(source: &str, out: &std::path::Path, flags: &[&str]) {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("workloads").join(source);
+    let o = Command::new("cc").args(flags).arg("-g").arg("-o").arg(out).arg(&src).output().expect("cc");
+    assert!(o.status.success(), "cc {flags:?} {source}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
 /// The workload binary (cargo builds it with this package's tests).
 pub fn workload_bin() -> PathBuf {
     target_dir().join("sp-workload")
@@ -333,6 +341,13 @@ impl Daemon {
             self.log_lines.push(l);
         }
         status
+    }
+
+    /// Stops reading the daemon's log: at its next line the reader lets go
+    /// of the pipe, and every later write to stderr fails (EPIPE), as for a
+    /// daemon whose log reader went away.
+    pub fn close_log(&mut self) {
+        self.log = mpsc::channel().1;
     }
 
     /// Sends a signal and returns at once.

@@ -71,6 +71,7 @@ fn systemd_notify_ready_after_attach_reload_and_stopping() {
 
 const CAP_SYS_PTRACE: u64 = 1 << 19;
 const CAP_BPF: u64 = 1 << 39;
+const CAP_PERFMON: u64 = 1 << 38;
 
 /// One capability set of a thread, from its /proc status line.
 fn cap_set(status: &str, set: &str) -> u64 {
@@ -140,12 +141,16 @@ fn capabilities_are_dropped_after_attach() {
     assert_ne!(cap_set(&own, "CapEff") & CAP_SYS_PTRACE, 0, "the test itself lacks CAP_SYS_PTRACE");
 
     // Stack captures on (the default): CAP_SYS_PTRACE is kept (they read
-    // stalled processes' memory), and the log says so.
+    // stalled processes' memory) and CAP_PERFMON (they sample a running
+    // lock holder), and the log says so.
     let mut d = Daemon::start(&["--pid", "1"]);
-    assert_thread_capabilities(&d, CAP_SYS_PTRACE | bpf, "stack captures on");
-    let said = if keeps_bpf { "but CAP_BPF and CAP_SYS_PTRACE" } else { "but CAP_SYS_PTRACE" };
+    assert_thread_capabilities(&d, CAP_SYS_PTRACE | CAP_PERFMON | bpf, "stack captures on");
+    let said = if keeps_bpf { "but CAP_BPF (" } else { "but CAP_SYS_PTRACE (" };
     assert!(
-        d.log().iter().any(|l| l.contains("dropped every capability") && l.contains(said)),
+        d.log().iter().any(|l| l.contains("dropped every capability")
+            && l.contains(said)
+            && l.contains("CAP_SYS_PTRACE (")
+            && l.contains("CAP_PERFMON (")),
         "{:?}",
         d.log()
     );
@@ -159,7 +164,7 @@ fn capabilities_are_dropped_after_attach() {
     // Without stack captures nothing needs CAP_SYS_PTRACE: it goes too.
     let mut d = Daemon::start(&["--pid", "1", "--stack-captures", "off"]);
     assert_thread_capabilities(&d, bpf, "stack captures off");
-    let said = if keeps_bpf { "dropped every capability but CAP_BPF:" } else { "dropped all capabilities" };
+    let said = if keeps_bpf { "dropped every capability but CAP_BPF (" } else { "dropped all capabilities" };
     assert!(d.log().iter().any(|l| l.contains(said)), "{:?}", d.log());
     assert!(!d.log().iter().any(|l| l.contains("CAP_SYS_PTRACE")), "{:?}", d.log());
     assert_eq!(
@@ -278,6 +283,27 @@ fn assert_calls(m: &Metrics, name: &str, want: &Calls, what: &str) {
 
 fn stalls<'a>(f: &'a [serde_json::Value], comm: &str) -> Vec<&'a serde_json::Value> {
     f.iter().filter(|f| f["kind"] == "futex_stall" && f["comm"] == comm).collect()
+}
+
+#[test]
+fn a_daemon_whose_log_reader_is_gone_runs_on() {
+    if !privileged("a_daemon_whose_log_reader_is_gone_runs_on") {
+        return;
+    }
+    // Log lines written to a closed pipe are lost, and nothing else: no
+    // panic of the thread that logged (the demo's stack captures lost their
+    // Python frames so), and a clean exit.
+    let own = std::process::id().to_string();
+    let mut d = Daemon::start(&["--pid", &own]);
+    d.close_log();
+    for _ in 0..3 {
+        // Each reload logs a line: the first closes the pipe.
+        d.signal(libc::SIGHUP);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(d.get("/healthz").0, 200);
+    let status = d.stop();
+    assert!(status.success(), "exit status with its log gone: {status:?}");
 }
 
 #[test]

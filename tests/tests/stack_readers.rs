@@ -229,13 +229,7 @@ fn python_frames_of_a_stalled_service() {
 
 fn build_lock_holder(dir: &Path, flag: &str) -> PathBuf {
     let out = dir.join(format!("lock_holder{flag}"));
-    let status = Command::new("cc")
-        .args(["-O1", "-g", flag, "-pthread", "-o"])
-        .arg(&out)
-        .arg(workloads().join("lock_holder.c"))
-        .status()
-        .expect("cc");
-    assert!(status.success(), "cc {flag} failed");
+    sonic_probe_tests::build_c("lock_holder.c", &out, &["-O1", flag, "-pthread"]);
     out
 }
 

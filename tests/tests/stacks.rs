@@ -41,9 +41,13 @@ impl Stalling {
     }
 
     fn python(holds: &str) -> Stalling {
+        Stalling::start(Stalling::python_command(holds))
+    }
+
+    fn python_command(holds: &str) -> Command {
         let mut cmd = Command::new("/usr/bin/python3");
         cmd.arg(workloads().join("stand_in_lock.py")).arg(holds);
-        Stalling::start(cmd)
+        cmd
     }
 
     fn pid(&self) -> u32 {
@@ -77,6 +81,15 @@ fn line_of(file: &str, after: &str, needle: &str) -> u64 {
     let start = text.lines().position(|l| l.contains(after)).expect("function in the workload");
     let i = text.lines().skip(start).position(|l| l.contains(needle)).expect("line in the function");
     (start + i + 1) as u64
+}
+
+/// The lines of a C workload's function, from its declaration to its
+/// closing brace.
+fn body_of(file: &str, decl: &str) -> std::ops::RangeInclusive<u64> {
+    let text = std::fs::read_to_string(workloads().join(file)).unwrap();
+    let start = line_of(file, decl, decl) as usize;
+    let len = text.lines().skip(start).position(|l| l == "}").expect("the function's end") + 1;
+    start as u64..=(start + len) as u64
 }
 
 fn stall_of(findings: &[Value], pid: u32) -> Option<Value> {
@@ -173,20 +186,57 @@ fn a_python_stall_names_the_waiting_and_the_holding_function() {
 }
 
 #[test]
+fn a_python_holder_in_c_code_is_named_by_its_c_function() {
+    if !privileged("a_python_holder_in_c_code_is_named_by_its_c_function") {
+        return;
+    }
+    // The loader holds the lock in a C library's loop it called through
+    // ctypes (-O2, no frame pointers): a Python process whose holder runs
+    // native code. Its stack is a sample: the C function, then the Python
+    // frames that called it.
+    let dir = std::env::temp_dir().join(format!("sp-c-hold-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let lib = dir.join("libhold.so");
+    sonic_probe_tests::build_c(
+        "c_extension_hold.c",
+        &lib,
+        &["-O2", "-fomit-frame-pointer", "-shared", "-fPIC"],
+    );
+    let mut cmd = Stalling::python_command("1.5");
+    cmd.env("STAND_IN_HOLD_IN_C", &lib);
+    let w = Stalling::start(cmd);
+    let pid = w.pid().to_string();
+    let d = Daemon::start(&["--pid", &pid, "--stall-threshold", "300ms"]);
+    w.go();
+    let pid = w.pid();
+    let s = wait_stall(&d, pid, 1);
+    w.done();
+    let waker = s["waker_stack"].as_array().unwrap_or_else(|| panic!("no waker stack: {s:#}"));
+    // A sample of a running loop: any line of the function.
+    let body = body_of("c_extension_hold.c", "void hold_in_c");
+    let c = waker.iter().position(|f| f["function"] == "hold_in_c").unwrap_or_else(|| panic!("{s:#}"));
+    assert_eq!(waker[c]["kind"], "native", "{s:#}");
+    assert!(waker[c]["file"].as_str().unwrap_or("").ends_with("c_extension_hold.c"), "{s:#}");
+    let hold_line = waker[c]["line"].as_u64().unwrap_or(0);
+    assert!(body.contains(&hold_line), "line {hold_line} is not in hold_in_c, {body:?}: {s:#}");
+    let py = waker.iter().position(|f| f["function"] == "load_weights").unwrap_or_else(|| panic!("{s:#}"));
+    assert!(c < py && waker[py]["kind"] == "python", "the C frame is inside the Python one: {s:#}");
+    let note = s["stack_note"].as_str().unwrap_or("");
+    assert!(note.contains("was running: its stack is a sample of that instant"), "{s:#}");
+    let t = table(&d, &[]);
+    let row = t.lines().find(|l| l.starts_with("futex_stall") && l.contains(&format!(" {pid} "))).unwrap();
+    assert!(row.contains(&format!("hold_in_c() at c_extension_hold.c:{hold_line} holds")), "{t}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_native_stall_names_the_c_function() {
     if !privileged("a_native_stall_names_the_c_function") {
         return;
     }
     let dir = std::env::temp_dir().join(format!("sp-stacks-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let bin = dir.join("lock_holder");
-    let o = Command::new("cc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(workloads().join("lock_holder.c"))
-        .output()
-        .expect("cc");
-    assert!(o.status.success(), "cc: {}", String::from_utf8_lossy(&o.stderr));
+    let bin = build_lock_holder(&dir, "lock_holder", &["-O1", "-fno-omit-frame-pointer"]);
     let mut cmd = Command::new(&bin);
     cmd.arg("1.5");
     let w = Stalling::start(cmd);
@@ -295,4 +345,133 @@ fn a_process_that_exits_mid_wait_harms_nothing() {
         d.metrics().get("sonic_probe_bpf_programs_attached", &[]),
         Some(sonic_probe_tests::PROGRAMS_ATTACHED)
     );
+}
+
+/// lock_holder built with `flags` into `dir`.
+fn build_lock_holder(dir: &std::path::Path, name: &str, flags: &[&str]) -> PathBuf {
+    let bin = dir.join(name);
+    sonic_probe_tests::build_c("lock_holder.c", &bin, &[flags, &["-pthread"]].concat());
+    bin
+}
+
+#[test]
+fn a_native_holder_is_named_whatever_it_does() {
+    if !privileged("a_native_holder_is_named_whatever_it_does") {
+        return;
+    }
+    // The holder sleeps, reads a pipe nobody writes to, or computes while
+    // the main thread waits for the lock; -O2, with frame pointers and
+    // without. One more holds among 200 idle threads (half sleeping, half
+    // in a condition wait, started before it: without the owner the mutex
+    // names, the capture's budget would not reach it). Each holder thread
+    // exits as soon as it unlocks, before the finding is made: its stack
+    // is the one captured during the wait.
+    let dir = std::env::temp_dir().join(format!("sp-holders-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let builds = [
+        build_lock_holder(&dir, "holder_fp", &["-O2", "-fno-omit-frame-pointer"]),
+        build_lock_holder(&dir, "holder_nofp", &["-O2", "-fomit-frame-pointer"]),
+    ];
+    // (build, mode, idle threads, holder's function, the line it waits at
+    // (None: anywhere in the function), how the note says it was read)
+    let line = |f: &str, needle: &str| Some(line_of("lock_holder.c", f, needle));
+    let cases = [
+        (
+            0,
+            "sleep",
+            0,
+            "hold_sleeping",
+            line("void hold_sleeping", "nanosleep("),
+            "was blocked in clock_nanosleep",
+        ),
+        (
+            1,
+            "sleep",
+            0,
+            "hold_sleeping",
+            line("void hold_sleeping", "nanosleep("),
+            "was blocked in clock_nanosleep",
+        ),
+        (0, "pipe", 0, "hold_reading", line("void hold_reading", "read(slow_pipe"), "was blocked in read"),
+        (1, "pipe", 0, "hold_reading", line("void hold_reading", "read(slow_pipe"), "was blocked in read"),
+        (0, "compute", 0, "hold_computing", None, "was running: its stack is a sample of that instant"),
+        (1, "compute", 0, "hold_computing", None, "was running: its stack is a sample of that instant"),
+        (
+            0,
+            "sleep",
+            200,
+            "hold_sleeping",
+            line("void hold_sleeping", "nanosleep("),
+            "was blocked in clock_nanosleep",
+        ),
+    ];
+    let body = body_of("lock_holder.c", "void hold_computing");
+    // Findings are per process name: each case runs under a name of its own.
+    let ws: Vec<Stalling> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, (b, mode, idle, ..))| {
+            let bin = dir.join(format!("holder{i}"));
+            std::fs::copy(&builds[*b], &bin).unwrap();
+            let mut cmd = Command::new(&bin);
+            cmd.args(["2", mode, &idle.to_string()]);
+            Stalling::start(cmd)
+        })
+        .collect();
+    let pids: Vec<String> = ws.iter().map(|w| w.pid().to_string()).collect();
+    let mut args = vec!["--stall-threshold", "300ms"];
+    for p in &pids {
+        args.extend(["--pid", p.as_str()]);
+    }
+    let d = Daemon::start(&args);
+    for w in &ws {
+        w.go();
+    }
+    let all = |f: &[Value]| ws.iter().all(|w| stall_of(f, w.pid()).is_some());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut f = d.findings();
+    while !all(&f) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        f = d.findings();
+    }
+    let t = table(&d, &[]);
+    for (w, (b, mode, idle, function, line, how)) in ws.iter().zip(&cases) {
+        let what = format!("{mode} holder of {} with {idle} idle threads", builds[*b].display());
+        let s = stall_of(&f, w.pid()).unwrap_or_else(|| panic!("{what}: no stall: {f:#?}"));
+        let stack = s["waker_stack"].as_array().unwrap_or_else(|| panic!("{what}: no waker stack: {s:#}"));
+        let held =
+            stack.iter().find(|fr| fr["function"] == *function).unwrap_or_else(|| panic!("{what}: {s:#}"));
+        assert!(held["file"].as_str().unwrap_or("").ends_with("lock_holder.c"), "{what}: {s:#}");
+        let at = held["line"].as_u64();
+        match line {
+            Some(l) => assert_eq!(at, Some(*l), "{what}: {s:#}"),
+            None => {
+                assert!(at.is_some_and(|a| body.contains(&a)), "{what}: line {at:?} not in {body:?}: {s:#}")
+            }
+        }
+        let waker = s["waker_tid"].as_u64().unwrap();
+        let note = s["stack_note"].as_str().unwrap_or("");
+        assert!(note.contains(&format!("the waker (tid {waker}) {how}")), "{what}: {note}");
+        assert!(
+            !std::path::Path::new(&format!("/proc/{}/task/{waker}", w.pid())).exists(),
+            "{what}: the holder thread exited after unlocking"
+        );
+        let row = t.lines().find(|l| l.starts_with("futex_stall") && l.contains(&format!(" {} ", w.pid())));
+        let row = row.unwrap_or_else(|| panic!("{what}: no row: {t}"));
+        assert!(row.contains("wait_for_the_model_lock() at lock_holder.c:"), "{what}: {row}");
+        assert!(
+            row.contains(&format!("{function}() at lock_holder.c:")) && row.ends_with(" holds"),
+            "{what}: {row}"
+        );
+    }
+    for w in ws {
+        w.done();
+    }
+    // One capture a process; all seven together took well under their
+    // budget (each: 16 native stacks at most, one 100 ms sample wait).
+    assert_eq!(captures(&d, "no_python"), cases.len() as f64, "{}", d.metrics().text);
+    let spent = d.metrics().get("sonic_probe_stack_capture_seconds_total", &[]).unwrap();
+    assert!(spent < 7.0 * 0.5, "captures took {spent} s");
+    eprintln!("seven captures took {spent:.3} s");
+    let _ = std::fs::remove_dir_all(&dir);
 }

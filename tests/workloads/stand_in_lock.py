@@ -7,8 +7,12 @@ once the loader holds the lock; exits after 30 s or when stdin closes.
 HOLDS is a comma-separated list of seconds, e.g. `1.5` or `0.8,1.4`. It
 prints "ready", waits for SIGUSR1 (so that a tracer can attach first), then
 stalls once per hold: the loader holds the lock that long while infer()
-waits for it; then it prints "done" and exits."""
+waits for it; then it prints "done" and exits. With STAND_IN_HOLD_IN_C set
+to the path of c_extension_hold.c built as a shared library, the loader
+holds the lock in that library's hold_in_c() (native code, computing)
+instead of in time.sleep."""
 
+import ctypes
 import os
 import signal
 import sys
@@ -17,11 +21,15 @@ import time
 
 model_lock = threading.Lock()
 held = threading.Event()
+HOLD_IN_C = ctypes.CDLL(os.environ["STAND_IN_HOLD_IN_C"]) if os.environ.get("STAND_IN_HOLD_IN_C") else None
 
 
 def load_weights(seconds=30):
     with model_lock:
         held.set()
+        if HOLD_IN_C is not None:
+            HOLD_IN_C.hold_in_c(ctypes.c_double(seconds))
+            return
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             time.sleep(0.1 if seconds < 30 else 0.2)

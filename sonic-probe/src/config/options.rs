@@ -318,10 +318,12 @@ run_options! {
 
     /// While a request thread's futex wait lasts past --stall-threshold,
     /// read the stacks of its process (the Python frames of every thread,
-    /// the native stack of the waiting thread) into the futex_stall finding
-    /// (and, for the gpu_wait finding, during a GPU wait: the line that
-    /// waits): on or off. On keeps CAP_SYS_PTRACE after attach (reading another
-    /// process's memory needs it). Read at start only.
+    /// the native stacks of the waiting thread and of up to 15 threads that
+    /// may hold the lock) into the futex_stall finding (and, for the
+    /// gpu_wait finding, during a GPU wait: the line that waits): on or off.
+    /// On keeps CAP_SYS_PTRACE after attach (reading another process's
+    /// memory needs it) and CAP_PERFMON (sampling a holder that runs on a
+    /// CPU). Read at start only.
     #[arg(long, value_name = "on/off")]
     stack_captures: Option<OnOff> = "on";
 

@@ -559,6 +559,7 @@ mod tests {
             result: "ok",
             python: Default::default(),
             native: Default::default(),
+            native_how: Default::default(),
             problems: Vec::new(),
             interval: Duration::from_secs(10),
         };

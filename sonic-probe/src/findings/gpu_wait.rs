@@ -743,6 +743,7 @@ mod tests {
             result: "ok",
             python: HashMap::new(),
             native: HashMap::new(),
+            native_how: HashMap::new(),
             problems: Vec::new(),
             interval: std::time::Duration::from_secs(10),
         };

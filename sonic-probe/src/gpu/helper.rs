@@ -31,7 +31,7 @@ use nix::sys::socket::{
     recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag,
     SockType,
 };
-
+use perf_event_open_sys::bindings as pe;
 use sonic_probe_common::gpu_apis::library_of;
 
 /// Why the helper did not give a descriptor.
@@ -241,25 +241,6 @@ impl UprobePmu {
     }
 }
 
-/// perf_event_attr up to config2 (PERF_ATTR_SIZE_VER1): what a uprobe needs.
-#[repr(C)]
-#[derive(Default)]
-struct PerfEventAttr {
-    kind: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
-    config2: u64,
-}
-
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
-
 /// One request, answered with a descriptor or an errno.
 fn answer(req: &[u8], pmu: &UprobePmu) -> Result<OwnedFd, i32> {
     if req.len() <= HEADER {
@@ -299,31 +280,24 @@ fn answer(req: &[u8], pmu: &UprobePmu) -> Result<OwnedFd, i32> {
             // swapped for another file between the check and the probe.
             let by_fd =
                 CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())).map_err(|_| libc::EINVAL)?;
-            let attr = PerfEventAttr {
-                kind,
-                size: std::mem::size_of::<PerfEventAttr>() as u32,
+            let mut attr = pe::perf_event_attr {
+                type_: kind,
+                size: std::mem::size_of::<pe::perf_event_attr>() as u32,
                 config: if ret { 1 << pmu.ret_bit } else { 0 },
-                config1: by_fd.as_ptr() as u64,
-                config2: offset,
                 ..Default::default()
             };
+            attr.__bindgen_anon_3.uprobe_path = by_fd.as_ptr() as u64;
+            attr.__bindgen_anon_4.probe_offset = offset;
             // SAFETY: perf_event_open with an attr that outlives the call
             // and a NUL-terminated path it points to.
             let fd = unsafe {
-                libc::syscall(
-                    libc::SYS_perf_event_open,
-                    &attr as *const PerfEventAttr,
-                    -1,
-                    0,
-                    -1,
-                    PERF_FLAG_FD_CLOEXEC,
-                )
+                perf_event_open_sys::perf_event_open(&mut attr, -1, 0, -1, pe::PERF_FLAG_FD_CLOEXEC.into())
             };
             if fd < 0 {
                 return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
             }
             // SAFETY: the descriptor just opened.
-            Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
         }
         _ => Err(libc::EINVAL),
     }

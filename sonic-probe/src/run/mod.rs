@@ -65,6 +65,7 @@ pub fn run(args: RunArgs, log_level: Option<String>) -> Result<()> {
     let config = RunConfig::load(&args, log_level.as_deref())?;
     crate::logging::init_logging(&config.log_level)?;
     crate::probe::privileges::check()?;
+    crate::stacks::capture::keep_large_buffers_off_the_heap();
     // Forked while the process has one thread (before the runtime's).
     let gpu_helper = if config.gpu_waits {
         match PerfHelper::start() {
@@ -106,7 +107,8 @@ fn status(text: &str) {
 /// moment, such a kernel refuses to read a map, and CAP_BPF alone is kept
 /// (or SIGHUP reloads and scrapes would fail). With stack captures on,
 /// CAP_SYS_PTRACE is kept too: reading a stalled process's memory
-/// (process_vm_readv, /proc/PID/mem) needs it.
+/// (process_vm_readv, /proc/PID/mem) needs it; and CAP_PERFMON, for the
+/// perf event that samples a running lock holder.
 fn drop_capabilities(probe: &Probe, stack_captures: bool) {
     use caps::{CapSet, Capability};
     let keep_bpf = match caps::read(None, CapSet::Permitted) {
@@ -128,9 +130,24 @@ fn drop_capabilities(probe: &Probe, stack_captures: bool) {
              (sonic_probe_stack_captures_total{{result=\"unreadable\"}})"
         );
     }
-    let mut keep = if keep_bpf { 1u64 << Capability::CAP_BPF.index() } else { 0 };
+    // A running lock holder is sampled with a perf event on its thread,
+    // which kernels with perf_event_paranoid above 2 (Debian's, Ubuntu's
+    // patches) allow only with CAP_PERFMON.
+    let keep_perfmon = keep_ptrace
+        && caps::read(None, CapSet::Permitted).is_ok_and(|p| p.contains(&Capability::CAP_PERFMON));
+    let mut keep = 0u64;
+    let mut why = Vec::new();
+    if keep_bpf {
+        keep |= 1u64 << Capability::CAP_BPF.index();
+        why.push("CAP_BPF (this kernel checks it on every bpf() call, also on maps already open)");
+    }
     if keep_ptrace {
         keep |= 1u64 << Capability::CAP_SYS_PTRACE.index();
+        why.push("CAP_SYS_PTRACE (stack captures read stalled processes' memory)");
+    }
+    if keep_perfmon {
+        keep |= 1u64 << Capability::CAP_PERFMON.index();
+        why.push("CAP_PERFMON (stack captures sample a running lock holder)");
     }
     // In every thread: the runtime's workers exist already.
     match crate::run::capabilities::drop_in_every_thread(keep) {
@@ -140,19 +157,10 @@ fn drop_capabilities(probe: &Probe, stack_captures: bool) {
             return;
         }
     }
-    match (keep_bpf, keep_ptrace) {
-        (true, true) => info!(
-            "dropped every capability but CAP_BPF and CAP_SYS_PTRACE: this kernel checks CAP_BPF on every \
-             bpf() call, also on maps already open; stack captures read stalled processes' memory"
-        ),
-        (true, false) => info!(
-            "dropped every capability but CAP_BPF: this kernel checks it on every bpf() call, also on \
-             maps already open"
-        ),
-        (false, true) => info!(
-            "dropped every capability but CAP_SYS_PTRACE: stack captures read stalled processes' memory"
-        ),
-        (false, false) => info!("dropped all capabilities"),
+    if why.is_empty() {
+        info!("dropped all capabilities");
+    } else {
+        info!("dropped every capability but {}", why.join(", "));
     }
 }
 

@@ -45,16 +45,22 @@ use tracing::debug;
 
 use crate::{
     os::monotonic_ns,
-    stacks::{self, CaptureError, Frame, Regs},
+    stacks::{self, frame, native::Start, threads::ThreadState, CaptureError, Frame, Regs},
 };
 
 /// Captures waiting for their stall's exit event.
 pub const MAX_PENDING: usize = 256;
 /// How often the kernel's in-flight waits are looked at.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(150);
-/// Native stacks read per capture (the waiting thread first, then other
-/// threads of the process in a futex wait: possible wakers).
-const MAX_NATIVE_THREADS: usize = 8;
+/// Native stacks read per capture: the waiting threads, then the others
+/// in the order of [`stacks::threads`] (the possible holders).
+pub const MAX_NATIVE_THREADS: usize = 16;
+/// Threads of a process whose state is looked at per capture.
+const MAX_THREADS_LOOKED_AT: usize = 4096;
+/// Running threads sampled per capture, and how long the capture waits for
+/// their samples (all together).
+const MAX_SAMPLED: usize = 4;
+const SAMPLE_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// The `result` label values of sonic_probe_stack_captures_total.
 pub const RESULTS: [&str; 7] = ["ok", "partial", "no_python", "gone", "unreadable", "rate_limited", "error"];
@@ -90,9 +96,12 @@ pub struct Capture {
     pub result: &'static str,
     /// Python frames of every thread of the process, by thread id.
     pub python: HashMap<u32, Vec<Frame>>,
-    /// Native frames of the waiting thread and of the other threads that
-    /// were in a futex wait then, by thread id.
+    /// Native frames of the waiting thread and of the other threads read
+    /// (possible holders), by thread id.
     pub native: HashMap<u32, Vec<Frame>>,
+    /// Where each thread read was ("blocked in read", "running: sampled"),
+    /// or why its native stack is missing, by thread id.
+    pub native_how: HashMap<u32, String>,
     /// What could not be read, e.g. "python: no_python: ...".
     pub problems: Vec<String>,
     /// The capture interval (for the note of a rate-limited stall).
@@ -100,11 +109,18 @@ pub struct Capture {
 }
 
 impl Capture {
-    /// A thread's frames: its Python frames, then its native ones.
+    /// A thread's frames, innermost first. A Python thread's are the native
+    /// frames above the interpreter (a C extension's, the C library's), its
+    /// Python frames, then the interpreter's own native frames; if its
+    /// native stack never reaches the interpreter, the Python frames come
+    /// first.
     pub fn stack_of(&self, tid: u32) -> Vec<Frame> {
-        let mut out = self.python.get(&tid).cloned().unwrap_or_default();
-        out.extend(self.native.get(&tid).cloned().unwrap_or_default());
-        out
+        let python = self.python.get(&tid).map(Vec::as_slice).unwrap_or_default();
+        let native = self.native.get(&tid).map(Vec::as_slice).unwrap_or_default();
+        let above =
+            if python.is_empty() { 0 } else { native.iter().position(frame::is_interpreter).unwrap_or(0) };
+        let (above, below) = native.split_at(above);
+        above.iter().chain(python).chain(below).cloned().collect()
     }
 
     /// Why the stacks are missing or partial, and how fresh they are.
@@ -116,13 +132,25 @@ impl Capture {
             );
         }
         let mut parts = self.problems.clone();
-        if let Some(w) = waker_tid {
-            if !self.python.contains_key(&w) && !self.native.contains_key(&w) && self.result != "gone" {
-                parts.push(format!("no stack of the waker (tid {w}) was captured"));
-            }
-        }
         let into = self.captured_ns.saturating_sub(self.start_ns) as f64 / 1e9;
         parts.push(format!("captured {into:.1} s into the wait"));
+        if let Some(w) = waker_tid.filter(|&w| w != self.tid) {
+            let how = self.native_how.get(&w);
+            if self.native.contains_key(&w) {
+                if let Some(how) = how {
+                    parts.push(format!("the waker (tid {w}) was {how}"));
+                }
+            } else if self.python.contains_key(&w) {
+                if let Some(how) = how {
+                    parts.push(format!("no native stack of the waker (tid {w}): {how}"));
+                }
+            } else if self.result != "gone" {
+                match how {
+                    Some(how) => parts.push(format!("no stack of the waker (tid {w}): {how}")),
+                    None => parts.push(format!("no stack of the waker (tid {w}) was captured")),
+                }
+            }
+        }
         parts.join("; ")
     }
 }
@@ -259,6 +287,9 @@ struct Wait {
     tid: u32,
     start_ns: u64,
     regs: Regs,
+    /// The futex word and op (0 for a GPU wait).
+    uaddr: u64,
+    op: u32,
     /// The GPU api (None: a futex wait).
     gpu_api: Option<&'static str>,
 }
@@ -270,6 +301,8 @@ impl From<&InflightWait> for Wait {
             tid: w.tid,
             start_ns: w.start_ns,
             regs: Regs { ip: w.ip, sp: w.sp, bp: w.bp },
+            uaddr: w.uaddr,
+            op: w.op,
             gpu_api: None,
         }
     }
@@ -282,13 +315,78 @@ impl From<&GpuWaiting> for Wait {
             tid: w.tid,
             start_ns: w.start_ns,
             regs: Regs { ip: w.ip, sp: w.sp, bp: w.bp },
+            uaddr: 0,
+            op: 0,
             gpu_api: Some(gpu_api(w.api).map_or("?", |a| a.name)),
         }
     }
 }
 
+/// How a thread's native stack is to be read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Planned {
+    /// A wait the kernel recorded, with its registers.
+    Recorded(Wait),
+    /// Blocked, with the registers /proc publishes, in that call (None:
+    /// outside a call).
+    Blocked(Regs, Option<u64>),
+    /// On a CPU: sampled.
+    Running,
+}
+
+/// The threads of `tgid` whose native stacks a capture reads, in the order
+/// of [`stacks::threads`], at most [`MAX_NATIVE_THREADS`].
+fn plan_threads(tgid: u32, due: &[(Wait, String)], waiting: &[Wait]) -> Vec<(u32, Planned)> {
+    let mut tids = stacks::threads::tids_of(tgid);
+    tids.truncate(MAX_THREADS_LOOKED_AT);
+    let threads: HashSet<u32> = tids.iter().copied().collect();
+    let recorded: HashMap<u32, Wait> = waiting.iter().map(|w| (w.tid, *w)).collect();
+    let state_of = |tid: u32| -> Option<Planned> {
+        if let Some(w) = recorded.get(&tid) {
+            return Some(Planned::Recorded(*w));
+        }
+        Some(match stacks::threads::thread_state(tgid, tid)? {
+            ThreadState::InSyscall { nr, regs, .. } => Planned::Blocked(regs, Some(nr)),
+            ThreadState::Blocked { regs } => Planned::Blocked(regs, None),
+            ThreadState::Running => Planned::Running,
+        })
+    };
+    let mut plan: Vec<(u32, Planned)> = due.iter().map(|(w, _)| (w.tid, Planned::Recorded(*w))).collect();
+    for (w, _) in due.iter().filter(|(w, _)| w.gpu_api.is_none()) {
+        if let Some(owner) = stacks::threads::lock_owner(tgid, w.uaddr, w.op, &threads) {
+            if !plan.iter().any(|p| p.0 == owner) {
+                plan.extend(state_of(owner).map(|p| (owner, p)));
+            }
+        }
+    }
+    let mut others: Vec<(u32, Planned)> = tids
+        .iter()
+        .filter(|t| !plan.iter().any(|p| p.0 == **t))
+        .filter_map(|&t| state_of(t).map(|p| (t, p)))
+        .collect();
+    others.sort_by_key(|(_, p)| rank(p));
+    plan.extend(others);
+    plan.truncate(MAX_NATIVE_THREADS);
+    plan
+}
+
+const FUTEX_NR: u64 = 202;
+const FUTEX_WAITV_NR: u64 = 449;
+
+/// The order of the threads that are neither waiting nor named by the
+/// lock: running, then blocked in a call other than a futex wait, then the
+/// other waits (a stable sort keeps thread id order within each).
+fn rank(p: &Planned) -> u8 {
+    match p {
+        Planned::Running => 0,
+        Planned::Blocked(_, nr) if *nr != Some(FUTEX_NR) && *nr != Some(FUTEX_WAITV_NR) => 1,
+        _ => 2,
+    }
+}
+
 /// Reads the stacks of `tgid` for the waits `due` (its request threads'
-/// long waits, named), `waiting` being every wait of the process in progress.
+/// long waits, named), `waiting` being every wait of the process in
+/// progress the kernel recorded.
 fn capture(tgid: u32, due: &[(Wait, String)], waiting: &[Wait], interval: Duration) -> Vec<Capture> {
     // The stacks show the process as it was from here on.
     let captured_ns = monotonic_ns();
@@ -300,30 +398,95 @@ fn capture(tgid: u32, due: &[(Wait, String)], waiting: &[Wait], interval: Durati
             (HashMap::new(), Err(e))
         }
     };
-    let mut native = HashMap::new();
-    // The due threads first, then the other waiting threads (a thread in
-    // a GPU wait and a futex wait inside it: the innermost, the futex's).
-    let is_due = |tid: u32| due.iter().any(|d| d.0.tid == tid);
-    let mut order: Vec<&Wait> = due.iter().map(|d| &d.0).collect();
-    order.extend(waiting.iter().filter(|w| !is_due(w.tid)));
-    let mut native_results = HashMap::new();
-    for w in order.into_iter().take(MAX_NATIVE_THREADS) {
-        if native_results.contains_key(&w.tid) {
-            continue;
-        }
-        match stacks::native_stack(tgid, w.tid, w.regs) {
-            Ok(frames) => {
-                native.insert(w.tid, frames);
-                native_results.insert(w.tid, Ok(()));
+    let plan = plan_threads(tgid, due, waiting);
+    let running: Vec<u32> =
+        plan.iter().filter(|(_, p)| *p == Planned::Running).map(|(t, _)| *t).take(MAX_SAMPLED).collect();
+    let mut samples = stacks::sample::sample_threads(&running, SAMPLE_TIMEOUT);
+    let mut starts = Vec::new();
+    // Threads read from the registers /proc published: checked again after.
+    let mut published: Vec<(u32, Regs)> = Vec::new();
+    let mut native_how = HashMap::new();
+    let mut native_results: HashMap<u32, Result<(), CaptureError>> = HashMap::new();
+    for (tid, p) in plan {
+        let (start, how) = match p {
+            Planned::Recorded(w) => {
+                (Start::Regs(w.regs), format!("waiting in {}", w.gpu_api.unwrap_or("futex")))
             }
-            Err(e) => {
-                if is_due(w.tid) {
-                    problems.push(format!("native (tid {}): {}: {e}", w.tid, e.as_label()));
+            Planned::Blocked(regs, nr) => {
+                published.push((tid, regs));
+                let how = match nr {
+                    Some(nr) => format!("blocked in {}", stacks::threads::syscall_name(nr)),
+                    None => "blocked outside a system call".to_string(),
+                };
+                (Start::Regs(regs), how)
+            }
+            Planned::Running => match samples.remove(&tid) {
+                Some(Ok(s)) => {
+                    (Start::Sample(s), "running: its stack is a sample of that instant".to_string())
                 }
-                native_results.insert(w.tid, Err(e));
+                Some(Err(e)) => {
+                    native_how.insert(tid, format!("running, not sampled: {e}"));
+                    native_results.insert(tid, Err(CaptureError::Other(e)));
+                    continue;
+                }
+                None => {
+                    let why = if running.contains(&tid) {
+                        format!("running, and no sample within {} ms", SAMPLE_TIMEOUT.as_millis())
+                    } else {
+                        format!("running (at most {MAX_SAMPLED} threads are sampled)")
+                    };
+                    native_how.insert(tid, why.clone());
+                    native_results.insert(tid, Err(CaptureError::Other(why)));
+                    continue;
+                }
+            },
+        };
+        native_how.insert(tid, how);
+        starts.push((tid, start));
+    }
+    let mut native = HashMap::new();
+    let is_due = |tid: u32| due.iter().any(|d| d.0.tid == tid);
+    match stacks::native_stacks(tgid, &starts) {
+        Ok(stacks) => {
+            for (tid, r) in stacks {
+                match r {
+                    Ok(frames) => {
+                        native.insert(tid, frames);
+                        native_results.insert(tid, Ok(()));
+                    }
+                    Err(e) => {
+                        native_how.insert(tid, format!("{}: {e}", e.as_label()));
+                        native_results.insert(tid, Err(e));
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            for (tid, _) in &starts {
+                native_results.insert(*tid, Err(CaptureError::Other(e.to_string())));
+            }
+            // The process's error, for the due threads' result labels.
+            for (w, _) in due {
+                native_results.insert(w.tid, Err(e.clone()));
             }
         }
     }
+    // A thread that woke while its stack was read may have changed it
+    // under the unwinder: its stack is not kept. (One that blocked again
+    // where it was has the same stack.)
+    for (tid, regs) in published {
+        let now = stacks::threads::thread_state(tgid, tid);
+        let same = matches!(now, Some(ThreadState::InSyscall { regs: r, .. } | ThreadState::Blocked { regs: r }) if r == regs);
+        if !same && native.remove(&tid).is_some() {
+            native_how.insert(tid, "not kept: it woke while its stack was read".to_string());
+        }
+    }
+    for (w, _) in due {
+        if let Some(Err(e)) = native_results.get(&w.tid) {
+            problems.push(format!("native (tid {}): {}: {e}", w.tid, e.as_label()));
+        }
+    }
+    native_how.retain(|tid, _| !is_due(*tid));
     due.iter()
         .map(|(w, thread)| {
             let native_result = native_results.remove(&w.tid).unwrap_or(Ok(()));
@@ -337,6 +500,7 @@ fn capture(tgid: u32, due: &[(Wait, String)], waiting: &[Wait], interval: Durati
                 result: result_of(&py_result, &native_result),
                 python: python.clone(),
                 native: native.clone(),
+                native_how: native_how.clone(),
                 problems: problems.clone(),
                 interval,
             }
@@ -358,6 +522,25 @@ pub fn give_back_memory() {
         libc::malloc_trim(0);
     }
 }
+
+/// Large buffers (a binary's sections, a stack's copy) get pages of their
+/// own, returned to the kernel when freed. By default glibc raises its
+/// mmap threshold to the largest buffer freed so far (up to 32 MiB), and
+/// its trim threshold with it, so that after one capture the next large
+/// buffers come from a thread's arena, whose free top (up to twice that) no
+/// trim hands back: a capture's megabytes stayed resident one time in
+/// three. A fixed threshold turns that off. Called once, at start.
+pub fn keep_large_buffers_off_the_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only sets the allocator's parameters (under its
+    // lock); no allocation depends on their values.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, LARGE_BUFFER as libc::c_int);
+    }
+}
+
+/// glibc's default mmap threshold, fixed.
+const LARGE_BUFFER: usize = 128 << 10;
 
 /// The thread that looks for long waits and captures their stacks.
 pub struct Capturer {
@@ -408,7 +591,6 @@ impl Capturer {
         self.store.prune(now_ns.saturating_sub(s.window.as_nanos() as u64));
 
         let threshold_ns = s.stall_threshold.as_nanos() as u64;
-        let mut captured = false;
         let mut due: BTreeMap<u32, Vec<(Wait, String)>> = BTreeMap::new();
         // GPU waits asked for, whatever their age (rate limited, not noted).
         let mut asked: BTreeMap<u32, Vec<(Wait, String)>> = BTreeMap::new();
@@ -464,6 +646,7 @@ impl Capturer {
                         result: "rate_limited",
                         python: HashMap::new(),
                         native: HashMap::new(),
+                        native_how: HashMap::new(),
                         problems: Vec::new(),
                         interval: s.interval,
                     });
@@ -474,15 +657,14 @@ impl Capturer {
             let of_process: Vec<Wait> = waits.iter().filter(|w| w.tgid == tgid).copied().collect();
             let started = std::time::Instant::now();
             let done = capture(tgid, &due, &of_process, s.interval);
+            // Before the stacks are shown: whoever sees them sees the
+            // daemon's memory as it will stay.
+            give_back_memory();
             self.store.add_time(started.elapsed());
             for c in done {
                 debug!(pid = tgid, tid = c.tid, result = c.result, "stack capture");
                 self.store.insert(c);
             }
-            captured = true;
-        }
-        if captured {
-            give_back_memory();
         }
     }
 }
@@ -507,6 +689,7 @@ mod tests {
             result: "ok",
             python: HashMap::new(),
             native: HashMap::new(),
+            native_how: HashMap::new(),
             problems: Vec::new(),
             interval: Duration::from_secs(10),
         }
@@ -565,10 +748,65 @@ mod tests {
         c.native.insert(7, vec![frame("futex_wait", FrameKind::Native)]);
         let s = c.stack_of(7);
         assert_eq!((s[0].function.as_str(), s[1].function.as_str()), ("infer", "futex_wait"));
+        // A thread in a C extension: its C frames, its Python frames, then
+        // the interpreter's; the table names the C function.
+        let in_module = |f: &str, m: &str| Frame { module: Some(m.into()), ..frame(f, FrameKind::Native) };
+        c.python.insert(8, vec![frame("load_weights", FrameKind::Python)]);
+        c.native.insert(
+            8,
+            vec![
+                in_module("hold_in_c", "/tmp/libhold.so"),
+                in_module("ffi_call_unix64", "/usr/lib/x86_64-linux-gnu/libffi.so.8"),
+                in_module("_PyEval_EvalFrameDefault", "/usr/bin/python3.11"),
+                in_module("main", "/usr/bin/python3.11"),
+            ],
+        );
+        let s: Vec<String> = c.stack_of(8).into_iter().map(|f| f.function).collect();
+        assert_eq!(s, ["hold_in_c", "ffi_call_unix64", "load_weights", "_PyEval_EvalFrameDefault", "main"]);
+        assert_eq!(frame::meaningful_frame(&c.stack_of(8)).unwrap().function, "hold_in_c");
+        // In the C library or calling through ctypes: the Python line.
+        c.native.get_mut(&8).unwrap().remove(0);
+        assert_eq!(frame::meaningful_frame(&c.stack_of(8)).unwrap().function, "load_weights");
         assert_eq!(c.note(Some(7)), "captured 1.2 s into the wait");
-        assert!(c.note(Some(9)).starts_with("no stack of the waker (tid 9)"));
+        assert!(c.note(Some(9)).ends_with("no stack of the waker (tid 9) was captured"));
         c.result = "rate_limited";
         assert!(c.note(None).starts_with("rate_limited"));
+    }
+
+    #[test]
+    fn possible_holders_at_work_come_before_idle_waiters() {
+        let regs = Regs { ip: 1, sp: 2, bp: 0 };
+        let wait = Wait { tgid: 1, tid: 5, start_ns: 0, regs, uaddr: 0x10, op: 128, gpu_api: None };
+        let mut others = [
+            (2, Planned::Recorded(wait)),
+            (3, Planned::Blocked(regs, Some(FUTEX_NR))),
+            (4, Planned::Blocked(regs, Some(0))),
+            (6, Planned::Running),
+            (7, Planned::Blocked(regs, None)),
+            (8, Planned::Blocked(regs, Some(230))),
+        ];
+        others.sort_by_key(|(_, p)| rank(p));
+        let order: Vec<u32> = others.iter().map(|(t, _)| *t).collect();
+        assert_eq!(order, [6, 4, 7, 8, 2, 3]);
+    }
+
+    #[test]
+    fn the_note_says_what_the_waker_was_doing() {
+        let mut c = cap(7, 1_000_000_000, 1_500_000_000);
+        c.native.insert(7, vec![frame("__lll_lock_wait", FrameKind::Native)]);
+        c.native.insert(9, vec![frame("hold_computing", FrameKind::Native)]);
+        c.native_how.insert(9, "running: its stack is a sample of that instant".into());
+        c.native_how.insert(11, "running, and no sample within 100 ms".into());
+        assert_eq!(
+            c.note(Some(9)),
+            "captured 0.5 s into the wait; the waker (tid 9) was running: its stack is a sample of that instant"
+        );
+        assert!(c
+            .note(Some(11))
+            .ends_with("no stack of the waker (tid 11): running, and no sample within 100 ms"));
+        assert!(c.note(Some(12)).ends_with("no stack of the waker (tid 12) was captured"));
+        c.python.insert(11, vec![frame("load", FrameKind::Python)]);
+        assert!(c.note(Some(11)).contains("; no native stack of the waker (tid 11): running"));
     }
 
     #[test]

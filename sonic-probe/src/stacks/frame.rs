@@ -41,7 +41,7 @@ pub struct Regs {
 
 /// Why a capture is missing or partial; `as_label()` is the `result` label
 /// of sonic_probe_stack_captures_total.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum CaptureError {
     #[error("process {0} is gone")]
     Gone(u32),
@@ -113,16 +113,49 @@ pub(crate) fn read_memory(pid: u32, addr: u64, len: usize) -> std::io::Result<Ve
     Ok(buf)
 }
 
+/// What a caught panic said (its payload, when it is a message), for the
+/// capture's note: a reader that trips on a target's memory says where.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("no message")
+}
+
+fn base(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
 /// Frames of the machinery a wait goes through rather than of the
-/// program's own code: Python's threading module, the C library.
+/// program's own code: Python's threading module, the C library, the way
+/// Python calls C (ctypes, libffi), and the CUDA libraries (a GPU wait's
+/// finding names the call already; the line that made it is the news).
 fn is_machinery(f: &Frame) -> bool {
-    let file = f.file.as_deref().unwrap_or("");
-    let module = f.module.as_deref().unwrap_or("");
-    let base = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
-    let (file, module) = (base(file), base(module));
+    let file = base(f.file.as_deref().unwrap_or(""));
+    let module = base(f.module.as_deref().unwrap_or(""));
     file == "threading.py"
-        || ["libc.so", "libc-", "libpthread", "ld-linux"].iter().any(|m| module.starts_with(m))
+        || [
+            "libc.so",
+            "libc-",
+            "libpthread",
+            "ld-linux",
+            "libffi.so",
+            "_ctypes.",
+            "libcudart.so",
+            "libcuda.so",
+        ]
+        .iter()
+        .any(|m| module.starts_with(m))
         || (f.kind == FrameKind::Native && f.function.starts_with("__"))
+}
+
+/// A native frame of the Python interpreter itself (its binary or
+/// libpython): where a Python thread's native stack meets its Python
+/// frames.
+pub fn is_interpreter(f: &Frame) -> bool {
+    let module = base(f.module.as_deref().unwrap_or(""));
+    f.kind == FrameKind::Native && (module.starts_with("python") || module.starts_with("libpython"))
 }
 
 /// The innermost frame of the program's own code (stacks are innermost

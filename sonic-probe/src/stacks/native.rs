@@ -1,14 +1,15 @@
-//! Native stack of a thread blocked in a system call, read without stopping
-//! the process: the registers the kernel saved at syscall entry (ip, sp, bp)
-//! are the start, the thread's stack is copied with `process_vm_readv`, and
-//! framehop unwinds it with the objects' `.eh_frame` (frame pointers where
-//! there is no unwind information). blazesym then names the addresses
-//! (demangled, file:line from DWARF where it exists).
+//! Native stacks of threads, read without stopping the process: the
+//! registers the kernel saved when a blocked thread entered it (ip, sp, and
+//! bp where known) or those of a running thread's sample are the start, the
+//! thread's stack is copied with `process_vm_readv` (a sample brings its
+//! own copy), and framehop unwinds it with the objects' `.eh_frame` (frame
+//! pointers where there is no unwind information). blazesym then names the
+//! addresses (demangled, file:line from DWARF where it exists).
 //!
 //! Objects are read through `/proc/PID/root` (the process may be in a
 //! container), or `/proc/PID/map_files` when that path does not lead to
-//! them; only objects the stack passes through are read, and no file is
-//! kept open after a capture.
+//! them; only objects the stacks pass through are read, once for all the
+//! threads of one capture, and no file is kept open after it.
 
 use std::{
     collections::HashSet,
@@ -28,7 +29,10 @@ use framehop::{
 use object::{Object, ObjectSection, ObjectSegment};
 use proc_maps::MapRange;
 
-use super::frame::{alive, io_error, read_memory, CaptureError, Frame, FrameKind, Regs};
+use super::{
+    frame::{alive, io_error, read_memory, CaptureError, Frame, FrameKind, Regs},
+    sample::Sample,
+};
 
 /// The most frames returned.
 pub const MAX_FRAMES: usize = 128;
@@ -37,10 +41,20 @@ const STACK_COPY: u64 = 512 * 1024;
 /// Reads of words outside the copied stack (rare: frames far up the stack).
 const MAX_EXTRA_READS: u32 = 64;
 /// `.text` larger than this is not read (it only helps in prologues and
-/// epilogues, which a thread blocked in a system call is not in).
+/// epilogues: a sampled thread may be in one, a blocked thread is not).
 const MAX_TEXT: u64 = 32 << 20;
 /// Unwind rounds: each loads the objects the previous one reached.
 const MAX_ROUNDS: usize = 8;
+
+/// Where a thread's unwind starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Start {
+    /// The registers the kernel saved when the thread entered the kernel
+    /// (it is blocked): its stack is read from the process.
+    Regs(Regs),
+    /// A running thread's registers and stack copy at one instant.
+    Sample(Sample),
+}
 
 /// The user stack of thread `tid` of `pid` blocked in a system call, unwound
 /// from `regs` (the registers saved at syscall entry) and the thread's stack
@@ -50,31 +64,67 @@ const MAX_ROUNDS: usize = 8;
 /// (containers). At most 128 frames. Partial stacks are returned as Ok with
 /// what was unwound.
 pub fn native_stack(pid: u32, tid: u32, regs: Regs) -> Result<Vec<Frame>, CaptureError> {
+    native_stacks(pid, &[(tid, Start::Regs(regs))])?.pop().map_or_else(
+        || Err(CaptureError::Other(format!("thread {tid} of process {pid}: nothing unwound"))),
+        |(_, r)| r,
+    )
+}
+
+/// The stacks of several threads of `pid`, as [`native_stack`] reads one:
+/// the process's maps and objects are read once, and every address is
+/// named in one pass. An error of the process (gone, maps unreadable) is
+/// the Err; each thread's own result is in the list, in `threads`' order.
+pub fn native_stacks(pid: u32, threads: &[(u32, Start)]) -> Result<ThreadStacks, CaptureError> {
     // The parsers and the unwinder read whatever the target's files and
     // stack hold; a bug they trip on costs this capture, not the daemon.
-    std::panic::catch_unwind(|| capture(pid, tid, regs)).unwrap_or_else(|_| {
-        Err(CaptureError::Other(format!("thread {tid} of process {pid}: the native unwinder panicked")))
+    std::panic::catch_unwind(|| capture(pid, threads)).unwrap_or_else(|p| {
+        Err(CaptureError::Other(format!(
+            "process {pid}: the native unwinder panicked: {}",
+            super::frame::panic_message(&*p)
+        )))
     })
 }
 
-fn capture(pid: u32, tid: u32, regs: Regs) -> Result<Vec<Frame>, CaptureError> {
+/// Each thread's stack, or why it has none.
+pub type ThreadStacks = Vec<(u32, Result<Vec<Frame>, CaptureError>)>;
+
+fn capture(pid: u32, threads: &[(u32, Start)]) -> Result<ThreadStacks, CaptureError> {
     if !alive(pid) {
         return Err(CaptureError::Gone(pid));
-    }
-    if regs.ip == 0 || regs.sp == 0 {
-        return Err(CaptureError::Other(format!(
-            "thread {tid} of process {pid}: no user registers (ip {:#x}, sp {:#x})",
-            regs.ip, regs.sp
-        )));
     }
     let maps = read_maps(pid)?;
     let objects = objects(&maps);
-    let mut stack = StackMemory::read(pid, regs.sp, &maps)?;
-    let addrs = unwind(pid, regs, &objects, &mut stack);
+    let mut unwinding = Unwinding::new();
+    let mut unwound: Vec<(u32, Result<Vec<FrameAddress>, CaptureError>)> = Vec::new();
+    for (tid, start) in threads {
+        let (regs, copy) = match start {
+            Start::Regs(r) => (*r, None),
+            Start::Sample(s) => (s.regs, Some(s.stack.clone())),
+        };
+        let addrs = if regs.ip == 0 || regs.sp == 0 {
+            Err(CaptureError::Other(format!(
+                "thread {tid} of process {pid}: no user registers (ip {:#x}, sp {:#x})",
+                regs.ip, regs.sp
+            )))
+        } else {
+            let stack = match copy {
+                Some(bytes) => Ok(StackMemory { pid, base: regs.sp, bytes, extra_reads: 0 }),
+                None => StackMemory::read(pid, regs.sp, &maps),
+            };
+            stack.map(|mut stack| unwinding.unwind(pid, regs, &objects, &mut stack))
+        };
+        unwound.push((*tid, addrs));
+    }
     if !alive(pid) {
         return Err(CaptureError::Gone(pid));
     }
-    Ok(symbolize(pid, &addrs, &objects))
+    let all: Vec<FrameAddress> =
+        unwound.iter().filter_map(|(_, a)| a.as_ref().ok()).flatten().copied().collect();
+    let mut frames = symbolize(pid, &all, &objects).into_iter();
+    Ok(unwound
+        .into_iter()
+        .map(|(tid, addrs)| (tid, addrs.map(|a| frames.by_ref().take(a.len()).collect())))
+        .collect())
 }
 
 fn read_maps(pid: u32) -> Result<Vec<MapRange>, CaptureError> {
@@ -168,58 +218,76 @@ impl StackMemory {
     }
 }
 
-/// Unwinds from `regs`; objects are loaded as the stack reaches them, and
-/// the unwind is repeated until it reaches no new object.
-fn unwind(pid: u32, regs: Regs, objects: &[MappedObject], stack: &mut StackMemory) -> Vec<FrameAddress> {
-    let mut unwinder: UnwinderX86_64<Vec<u8>> = UnwinderX86_64::new();
-    let mut tried: HashSet<usize> = HashSet::new();
-    let mut wanted: Vec<usize> = object_at(objects, regs.ip).into_iter().collect();
-    let mut addrs = Vec::new();
-    for _ in 0..MAX_ROUNDS {
-        for idx in wanted.drain(..) {
-            if tried.insert(idx) {
-                match load_module(pid, &objects[idx]) {
-                    Ok(module) => unwinder.add_module(module),
-                    Err(cause) => {
-                        tracing::debug!(pid, object = %objects[idx].path.display(), "no unwind info: {cause}")
+/// An unwinder and the objects it has loaded, shared by the threads of one
+/// capture.
+struct Unwinding {
+    unwinder: UnwinderX86_64<Vec<u8>>,
+    /// Objects whose unwind information was read (or could not be).
+    tried: HashSet<usize>,
+}
+
+impl Unwinding {
+    fn new() -> Self {
+        Unwinding { unwinder: UnwinderX86_64::new(), tried: HashSet::new() }
+    }
+
+    /// Unwinds from `regs`; objects are loaded as the stack reaches them, and
+    /// the unwind is repeated until it reaches no new object.
+    fn unwind(
+        &mut self,
+        pid: u32,
+        regs: Regs,
+        objects: &[MappedObject],
+        stack: &mut StackMemory,
+    ) -> Vec<FrameAddress> {
+        let mut wanted: Vec<usize> = object_at(objects, regs.ip).into_iter().collect();
+        let mut addrs = Vec::new();
+        for _ in 0..MAX_ROUNDS {
+            for idx in wanted.drain(..) {
+                if self.tried.insert(idx) {
+                    match load_module(pid, &objects[idx]) {
+                        Ok(module) => self.unwinder.add_module(module),
+                        Err(cause) => {
+                            tracing::debug!(pid, object = %objects[idx].path.display(), "no unwind info: {cause}")
+                        }
                     }
                 }
             }
-        }
-        let mut cache = CacheX86_64::<_>::new();
-        stack.extra_reads = 0;
-        let mut read = |addr: u64| stack.word(addr);
-        let mut iter = unwinder.iter_frames(
-            regs.ip,
-            UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp),
-            &mut cache,
-            &mut read,
-        );
-        addrs.clear();
-        while addrs.len() < MAX_FRAMES {
-            match iter.next() {
-                Ok(Some(addr)) => addrs.push(addr),
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::debug!(pid, frames = addrs.len(), "unwind stopped: {e}");
-                    break;
+            let mut cache = CacheX86_64::<_>::new();
+            stack.extra_reads = 0;
+            let mut read = |addr: u64| stack.word(addr);
+            let mut iter = self.unwinder.iter_frames(
+                regs.ip,
+                UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp),
+                &mut cache,
+                &mut read,
+            );
+            addrs.clear();
+            while addrs.len() < MAX_FRAMES {
+                match iter.next() {
+                    Ok(Some(addr)) => addrs.push(addr),
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::debug!(pid, frames = addrs.len(), "unwind stopped: {e}");
+                        break;
+                    }
                 }
             }
+            wanted = addrs
+                .iter()
+                .filter_map(|a| object_at(objects, a.address_for_lookup()))
+                .filter(|idx| !self.tried.contains(idx))
+                .collect();
+            // Frames in objects not loaded yet were reached by frame pointers
+            // (or not at all); with their .eh_frame the unwind may go further.
+            if wanted.is_empty() {
+                break;
+            }
+            wanted.sort_unstable();
+            wanted.dedup();
         }
-        wanted = addrs
-            .iter()
-            .filter_map(|a| object_at(objects, a.address_for_lookup()))
-            .filter(|idx| !tried.contains(idx))
-            .collect();
-        // Frames in objects not loaded yet were reached by frame pointers
-        // (or not at all); with their .eh_frame the unwind may go further.
-        if wanted.is_empty() {
-            break;
-        }
-        wanted.sort_unstable();
-        wanted.dedup();
+        addrs
     }
-    addrs
 }
 
 fn object_at(objects: &[MappedObject], addr: u64) -> Option<usize> {

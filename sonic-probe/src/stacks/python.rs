@@ -25,8 +25,11 @@ pub fn python_stacks(pid: u32) -> Result<HashMap<u32, Vec<Frame>>, CaptureError>
     // that is abandoned (it finishes on its own) if it takes too long.
     let (tx, rx) = mpsc::sync_channel(1);
     let spawned = std::thread::Builder::new().name("sp-pystack".into()).spawn(move || {
-        let result = std::panic::catch_unwind(|| read(pid)).unwrap_or_else(|_| {
-            Err(CaptureError::Other(format!("process {pid}: the Python reader panicked")))
+        let result = std::panic::catch_unwind(|| read(pid)).unwrap_or_else(|p| {
+            Err(CaptureError::Other(format!(
+                "process {pid}: the Python reader panicked: {}",
+                super::frame::panic_message(&*p)
+            )))
         });
         let _ = tx.send(result);
     });
