@@ -115,6 +115,9 @@ pub enum Arg {
     Clock,
     /// An ioctl request: `TCGETS`, `_IOC(_IOC_READ, 0x64, 0, 0x24)`.
     IoctlRequest,
+    /// A socket address (the row's `addr_arg`), read at exit for a call
+    /// that is sent: `{sa_family=AF_INET, sin_port=htons(9000), ...}`.
+    SockAddr,
 }
 
 /// How `sonic-probe trace` prints the arguments of a call.
@@ -175,6 +178,15 @@ pub struct Syscall {
     pub nr_x86_64: u32,
     /// Argument holding a user-space path read at entry (openat: 1).
     pub path_arg: Option<u8>,
+    /// Argument holding a user-space socket address, its length the next
+    /// argument (connect: 1, 2). Read for a call that is sent (failed,
+    /// slow, traced): the caller's buffer is unchanged by the call, so the
+    /// exit reads what the entry would have.
+    pub addr_arg: Option<u8>,
+    /// An errno that means the call is under way, not failed (connect's
+    /// EINPROGRESS on a non-blocking socket): such a call counts as a
+    /// success, and its outcome comes later (by getsockopt SO_ERROR).
+    pub in_progress_errno: Option<u16>,
     /// Argument holding a descriptor (read: 0, mmap: 4); `fd_use` says what
     /// is done with it.
     pub fd_arg: Option<u8>,
@@ -216,12 +228,15 @@ pub const PREAD64: u16 = 7;
 pub const WRITE: u16 = 8;
 pub const IOCTL: u16 = 9;
 pub const PWRITE64: u16 = 10;
+pub const CONNECT: u16 = 11;
 
 const NONE: Syscall = Syscall {
     index: 0,
     name: "",
     nr_x86_64: 0,
     path_arg: None,
+    addr_arg: None,
+    in_progress_errno: None,
     fd_arg: None,
     fd_use: FdUse::None,
     size_arg: None,
@@ -248,7 +263,7 @@ use Arg::*;
 
 /// Every traced system call, in index order.
 #[rustfmt::skip]
-pub const SYSCALLS: [Syscall; 11] = [
+pub const SYSCALLS: [Syscall; 12] = [
     Syscall {
         index: FUTEX, name: "futex", nr_x86_64: 202,
         variant: Variant::FutexCommand,
@@ -427,6 +442,16 @@ pub const SYSCALLS: [Syscall; 11] = [
         },
         ..NONE
     },
+    // Rare (a connection made, not a request served): on by default for
+    // its failures, the model store that times out or refuses.
+    Syscall {
+        index: CONNECT, name: "connect", nr_x86_64: 42,
+        fd_arg: Some(0), fd_use: FdUse::Classify,
+        addr_arg: Some(1),
+        in_progress_errno: Some(115), // EINPROGRESS
+        args: Args::List(&[Fd, SockAddr, U32]),
+        ..NONE
+    },
 ];
 
 /// Number of traced system calls (array sizes in both languages).
@@ -552,6 +577,18 @@ pub(crate) fn write_c_table(out: &mut String) {
             "-1",
         ),
         (
+            "sp_syscall_addr_arg",
+            "Argument read as a socket address (its length the next one), -1 if none.",
+            arms(&|s| s.addr_arg.map(|a| a.to_string())),
+            "-1",
+        ),
+        (
+            "sp_syscall_in_progress_errno",
+            "An errno that means the call is under way, not failed; 0 if none.",
+            arms(&|s| s.in_progress_errno.map(|e| e.to_string())),
+            "0",
+        ),
+        (
             "sp_syscall_size_arg",
             "Argument holding the call's size (size histogram), -1 if none.",
             arms(&|s| s.size_arg.map(|a| a.to_string())),
@@ -650,11 +687,24 @@ mod tests {
                     let i = Some(i as u8);
                     match a {
                         Arg::Path => assert_eq!(s.path_arg, i, "{n}: the path argument"),
+                        Arg::SockAddr => assert_eq!(s.addr_arg, i, "{n}: the address argument"),
                         Arg::Fd => assert_eq!(s.fd_arg, i, "{n}: the descriptor argument"),
                         _ => {}
                     }
                 }
                 assert!(args.len() <= 6, "{n}");
+                assert!(
+                    s.path_arg.is_none() || s.addr_arg.is_none(),
+                    "{n}: a path and an address share the buffer"
+                );
+                if let Some(a) = s.addr_arg {
+                    assert_eq!(
+                        args.get(usize::from(a)),
+                        Some(&Arg::SockAddr),
+                        "{n}: addr_arg is printed as one"
+                    );
+                    assert!(usize::from(a) + 1 < args.len(), "{n}: the address's length follows it");
+                }
             }
             if s.families.succeeded.is_some() || s.families.duration.is_some() || s.families.small.is_some() {
                 assert!(s.variant.label().is_some(), "{n}: families by variant need a variant label");
@@ -667,7 +717,7 @@ mod tests {
         assert_eq!(by_name("openat").unwrap().index, OPENAT);
         assert!(by_name("sendmsg").is_none());
         assert_eq!(mask_of([FUTEX, MUNMAP]), 0b10001);
-        assert_eq!(names_of(default_mask()).len(), 8, "the seven calls of before plus pread64");
+        assert_eq!(names_of(default_mask()).len(), 9, "the seven calls of before plus pread64 and connect");
         assert_eq!(
             default_mask() & mask_of([WRITE, IOCTL, PWRITE64]),
             0,

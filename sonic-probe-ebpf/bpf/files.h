@@ -40,6 +40,24 @@ static __always_inline void read_path_once(struct thread_state *st, __u64 uptr)
 	}
 }
 
+/* The socket address a call was given (connect's), its bytes as they are
+ * (the daemon decodes the family's layout): at most SP_SOCKADDR_CAP, a
+ * sockaddr_un's size; unreadable ones are flagged as paths are. */
+#define SP_SOCKADDR_CAP 112
+_Static_assert(SP_SOCKADDR_CAP <= SP_PATH_CAP, "an address fits the path buffer");
+static __always_inline void read_sockaddr(struct thread_state *st, __u64 uptr, __u64 len)
+{
+	__u32 n = len < SP_SOCKADDR_CAP ? len : SP_SOCKADDR_CAP;
+
+	if (n && !bpf_probe_read_user(st->path, n, (const void *)uptr)) {
+		st->path_len = n;
+		st->path_flags = 0;
+	} else {
+		st->path_len = 0;
+		st->path_flags = SP_EMIT_PATH_UNREADABLE;
+	}
+}
+
 /* How much of struct inode one read takes: i_mode, i_sb, i_ino and i_rdev
  * lie within its first 80 bytes on the kernels we know. Not more: the
  * buffer is on sys_exit's stack, which 6.1's verifier finds at its limit

@@ -130,7 +130,8 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	if (cfg->inflight_waits && inflight_kept(cfg, pid_tgid) && is_futex_wait(idx, st))
 		inflight_exit((__u32)pid_tgid);
 	__u32 tgid = c.pid_tgid >> 32;
-	bool failed = ret < 0 && ret >= -4095;
+	/* A call under way (connect's EINPROGRESS) did not fail. */
+	bool failed = ret < 0 && ret >= -4095 && -ret != sp_syscall_in_progress_errno(idx);
 
 	struct stats_key key = { .syscall = idx, .cgroup = workload_of(cfg, task) };
 	{
@@ -235,9 +236,12 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		if (of)
 			describe_file(&c, of);
 	}
+	int aarg = sp_syscall_addr_arg(idx);
 	if (parg >= 0)
 		read_path_once(st, path_uptr);
-	emit_call(cfg, task, st, &key, &c, parg >= 0, &waker);
+	else if (aarg >= 0 && aarg < 5)
+		read_sockaddr(st, st->args[aarg], st->args[aarg + 1]);
+	emit_call(cfg, task, st, &key, &c, parg >= 0 || aarg >= 0, &waker);
 	return 0;
 }
 

@@ -384,6 +384,7 @@ mod tests {
             count: 14,
             paths: vec!["/etc/tool.conf".into()],
             length: None,
+            wait_seconds: None,
         }));
         (many.processes, many.pids) = (7, vec![900, 899, 850, 812, 800]);
         assert!(

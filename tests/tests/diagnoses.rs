@@ -525,3 +525,200 @@ for i in range(500):
     let _ = std::fs::remove_dir_all(&flood_dir);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// tests/workloads/connect_failures.py ARGS under `strace -f -e
+/// trace=connect` (inside network namespace `netns` if given), blocked
+/// until [`Connects::go`].
+struct Connects {
+    child: std::process::Child,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    strace_out: std::path::PathBuf,
+    /// The Python process (strace's child).
+    pid: u32,
+}
+
+impl Connects {
+    fn start(netns: Option<&str>, args: &[&str]) -> Connects {
+        use std::io::BufRead;
+        let strace_out = std::env::temp_dir().join(unique_name("spconnect")).with_extension("strace");
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "strace"]);
+                c
+            }
+            None => Command::new("strace"),
+        };
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/connect_failures.py");
+        let mut child = cmd
+            .args(["-f", "-qq", "-e", "trace=connect", "-o"])
+            .arg(&strace_out)
+            .arg("/usr/bin/python3")
+            .arg(script)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("run strace (apt-get install strace)");
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "connect_failures.py did not start");
+        // ip netns exec execs strace: the same process, whose one child is Python.
+        let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", child.id())).unwrap();
+        let pid = children.split_whitespace().next().and_then(|p| p.parse().ok()).expect("strace's child");
+        Connects { child, stdout, strace_out, pid }
+    }
+
+    /// Lets it connect; waits until it is done and gone. strace's count of
+    /// each result: "0", "ECONNREFUSED", ...
+    fn go(mut self) -> std::collections::BTreeMap<String, u64> {
+        use std::io::{BufRead, Write};
+        self.child.stdin.take().unwrap().write_all(b"g").unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "done");
+        assert!(self.child.wait().unwrap().success());
+        let mut results = std::collections::BTreeMap::new();
+        for l in std::fs::read_to_string(&self.strace_out).unwrap().lines().filter(|l| l.contains("connect("))
+        {
+            let result = l.rsplit_once(") = ").map(|(_, r)| r).unwrap_or_else(|| panic!("strace line {l:?}"));
+            let result = match result.strip_prefix("-1 ") {
+                Some(e) => e.split_whitespace().next().unwrap().to_string(),
+                None => result.trim().to_string(),
+            };
+            *results.entry(result).or_default() += 1;
+        }
+        let _ = std::fs::remove_file(&self.strace_out);
+        results
+    }
+}
+
+/// The syscall_errors finding of `pid`'s connects failing with `errno`.
+fn connect_errors(f: &[Value], pid: u32, errno: &str) -> Option<Value> {
+    f.iter()
+        .find(|f| {
+            f["kind"] == "syscall_errors"
+                && f["pid"] == pid
+                && f["syscall"] == "connect"
+                && f["errno"] == errno
+        })
+        .cloned()
+}
+
+#[test]
+fn connect_failures_are_counted_by_errno_and_named_by_address() {
+    if !privileged("connect_failures_are_counted_by_errno_and_named_by_address") {
+        return;
+    }
+    // A port nothing listens on (bound, then let go), one a listener of
+    // ours serves (the non-blocking connects: EINPROGRESS, a connection
+    // under way, is no failure), and a Unix socket path with no file.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let open = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dir = std::env::temp_dir().join(unique_name("spsock"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let unix = dir.join("store.sock");
+    let targets = [
+        format!("tcp:127.0.0.1:{closed}"),
+        format!("unix:{}", unix.display()),
+        format!("nonblock:127.0.0.1:{}", open.local_addr().unwrap().port()),
+    ];
+    let mut args = vec!["5", "0.15"];
+    args.extend(targets.iter().map(String::as_str));
+    let w = Connects::start(None, &args);
+    let pid = w.pid;
+    let d = Daemon::start(&["--pid", &pid.to_string()]);
+    let strace = w.go();
+    assert_eq!((strace.get("ECONNREFUSED"), strace.get("ENOENT")), (Some(&5), Some(&5)), "{strace:?}");
+    let m = d.metrics();
+    let total: u64 = strace.values().sum();
+    assert_eq!(m.calls("connect", "python3"), total, "connect calls: ours vs strace: {strace:?}");
+    for (errno, n) in &strace {
+        let ours = m.errors("connect", "python3", errno);
+        match errno.as_str() {
+            "0" => {}
+            "EINPROGRESS" => assert_eq!(ours, 0, "a connection under way is no error"),
+            _ => assert_eq!(ours, *n, "{errno}: ours vs strace"),
+        }
+    }
+    // Events are handled after the counts are in the kernel's maps: the
+    // findings are complete once they hold every failure.
+    let f = d.findings_when(|f| {
+        connect_errors(f, pid, "ECONNREFUSED").is_some_and(|e| e["count"] == 5)
+            && connect_errors(f, pid, "ENOENT").is_some_and(|e| e["count"] == 5)
+    });
+    let refused = connect_errors(&f, pid, "ECONNREFUSED").unwrap();
+    assert_eq!(refused["paths"], serde_json::json!([format!("127.0.0.1:{closed}")]), "{refused:#}");
+    assert!(refused["wait_seconds"].as_f64().is_some_and(|w| w < 0.1), "a refusal is at once: {refused:#}");
+    let missing = connect_errors(&f, pid, "ENOENT").unwrap();
+    assert_eq!(missing["paths"], serde_json::json!([unix.display().to_string()]), "{missing:#}");
+    assert!(connect_errors(&f, pid, "EINPROGRESS").is_none(), "{f:#?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_connect_that_times_out_is_named_with_how_long_it_waited() {
+    if !privileged("a_connect_that_times_out_is_named_with_how_long_it_waited") {
+        return;
+    }
+    // A listener on 127.0.0.1 whose accept queue (of length 0) holds one
+    // connection nobody accepts: the kernel drops every further SYN, and a
+    // client allowed one SYN retry (TCP_SYNCNT) gives up after 1 + 2 s.
+    // Nothing leaves the machine.
+    let listener = full_listener();
+    let port = listener.1;
+    let target = format!("syn1:127.0.0.1:{port}");
+    let w = Connects::start(None, &["2", "0", &target]);
+    let pid = w.pid;
+    let d = Daemon::start(&["--pid", &pid.to_string()]);
+    let strace = w.go();
+    assert_eq!(strace.get("ETIMEDOUT"), Some(&2), "{strace:?}");
+    let m = d.metrics();
+    assert_eq!(m.errors("connect", "python3", "ETIMEDOUT"), 2);
+    // About 3 s each: past 2^31 ns, within 2^32.
+    let bucket = |le: &str| {
+        m.sum(
+            "sonic_probe_syscall_duration_seconds_bucket",
+            &[("syscall", "connect"), ("comm", "python3"), ("le", le)],
+        )
+    };
+    assert_eq!((bucket("2.147483648"), bucket("4.294967296")), (0.0, 2.0), "{}", m.text);
+    let f = d.findings_when(|f| connect_errors(f, pid, "ETIMEDOUT").is_some_and(|e| e["count"] == 2));
+    let e = connect_errors(&f, pid, "ETIMEDOUT").unwrap();
+    assert_eq!(e["paths"], serde_json::json!([format!("127.0.0.1:{port}")]), "{e:#}");
+    let wait = e["wait_seconds"].as_f64().unwrap_or(0.0);
+    assert!((2.5..4.0).contains(&wait), "{e:#}");
+    let t = Command::new(sonic_probe_tests::sonic_probe_bin())
+        .args(["findings", "--url", &format!("http://{}", d.addr)])
+        .output()
+        .unwrap();
+    let t = String::from_utf8_lossy(&t.stdout);
+    assert!(t.contains(&format!("connect failed 2 times with ETIMEDOUT: 127.0.0.1:{port} (waited ")), "{t}");
+    drop(listener);
+}
+
+/// A listening socket on 127.0.0.1 (its descriptor, its port) with an
+/// accept queue of length 0, full: one connection made, never accepted (its
+/// client end kept with it).
+fn full_listener() -> (std::os::fd::OwnedFd, u16, std::net::TcpStream) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain socket calls on a descriptor this function owns.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0);
+        let owned = std::os::fd::OwnedFd::from_raw_fd(fd);
+        let mut sa: libc::sockaddr_in = std::mem::zeroed();
+        sa.sin_family = libc::AF_INET as u16;
+        sa.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        assert_eq!(libc::bind(fd, (&sa as *const libc::sockaddr_in).cast(), len), 0);
+        assert_eq!(libc::listen(fd, 0), 0);
+        let mut got = len;
+        assert_eq!(libc::getsockname(fd, (&mut sa as *mut libc::sockaddr_in).cast(), &mut got), 0);
+        let port = u16::from_be(sa.sin_port);
+        let queued =
+            std::net::TcpStream::connect(("127.0.0.1", port)).expect("the connection that fills the queue");
+        (owned, port, queued)
+    }
+}

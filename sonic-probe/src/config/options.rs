@@ -387,9 +387,11 @@ run_options! {
     gpu_wait_window: Option<Duration> = "10s";
 
     /// Paths (globs) never reported by repeated_open, small_reads and, as
-    /// failing openat paths, syscall_errors; added to the defaults
-    /// (/proc/*, /sys/*, /dev/*, /etc/ld.so.cache, *.so, *.so.*,
-    /// /usr/lib/locale/*, */pybuilddir.txt, */pyvenv.cfg, *._pth). Repeatable.
+    /// failing openat paths and connect's Unix socket paths,
+    /// syscall_errors; added to the defaults (/var/run/nscd/socket,
+    /// /run/nscd/socket, /proc/*, /sys/*, /dev/*, /etc/ld.so.cache, *.so,
+    /// *.so.*, /usr/lib/locale/*, */pybuilddir.txt, */pyvenv.cfg, *._pth).
+    /// Repeatable.
     #[arg(long, value_name = "GLOB")]
     ignore_path: Vec<String>;
 

@@ -12,10 +12,12 @@ pub mod reader;
 use std::time::Duration;
 
 use sonic_probe_common::{
-    comm_str, gpu_apis, syscalls, FileCloseEvent, GpuWaitEvent, ProcessEvent, SyscallEvent, EVENT_FILE_CLOSE,
-    EVENT_GPU_WAIT, EVENT_PROCESS_EXEC, EVENT_PROCESS_EXIT, EVENT_PROCESS_FORK, EVENT_SYSCALL,
-    EVENT_SYSCALL_PATH,
+    comm_str, gpu_apis, syscalls, FileCloseEvent, GpuWaitEvent, ProcessEvent, SyscallEvent,
+    EMIT_PATH_UNREADABLE, EVENT_FILE_CLOSE, EVENT_GPU_WAIT, EVENT_PROCESS_EXEC, EVENT_PROCESS_EXIT,
+    EVENT_PROCESS_FORK, EVENT_SYSCALL, EVENT_SYSCALL_PATH,
 };
+
+use crate::os::sockaddr::SockAddr;
 
 pub use decode::{decode, DecodeError};
 
@@ -127,6 +129,27 @@ impl Call {
     }
     pub fn path_lossy(&self) -> Option<String> {
         self.path.as_ref().map(|p| String::from_utf8_lossy(p).into_owned())
+    }
+    /// The socket address the call was given (its row's addr_arg), when
+    /// it was read.
+    pub fn address(&self) -> Option<SockAddr> {
+        self.syscall().addr_arg?;
+        if self.has_reason(EMIT_PATH_UNREADABLE) {
+            return None;
+        }
+        SockAddr::parse(self.path.as_deref()?)
+    }
+    /// What the call worked on, in words: its socket address, else its path.
+    pub fn target(&self) -> Option<String> {
+        match self.syscall().addr_arg {
+            Some(_) => self.address().map(|a| a.to_string()),
+            None => self.path_lossy(),
+        }
+    }
+    /// The positive errno if the call failed: as [`Call::errno`], less the
+    /// row's errno of a call under way (connect's EINPROGRESS).
+    pub fn failure(&self) -> Option<u16> {
+        self.errno().filter(|&e| Some(e) != self.syscall().in_progress_errno)
     }
     pub fn has_reason(&self, bit: u16) -> bool {
         self.raw.reasons & bit != 0

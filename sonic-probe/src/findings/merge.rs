@@ -83,6 +83,7 @@ mod tests {
                 count,
                 paths: vec![path.into()],
                 length: None,
+                wait_seconds: None,
             }),
             pid,
             incarnation: inc,

@@ -359,9 +359,13 @@ pub const REOPEN_COUNT_WINDOW: std::time::Duration = std::time::Duration::from_s
 /// after [`REOPEN_COUNT_WINDOW`]): the map holds the files opened lately.
 pub const REOPEN_IDLE_NS: u64 = 10_000_000_000;
 
-/// Paths ignored by default: pseudo-files, and what the dynamic loader and
-/// the Python interpreter open (or probe for) on every start.
+/// Paths ignored by default: pseudo-files, what the dynamic loader and
+/// the Python interpreter open (or probe for) on every start, and nscd's
+/// socket (glibc tries it again every 100 user, group or host lookups of a
+/// process on a host without nscd).
 pub const DEFAULT_IGNORE_PATHS: &[&str] = &[
+    "/var/run/nscd/socket",
+    "/run/nscd/socket",
     "/proc/*",
     "/sys/*",
     "/dev/*",

@@ -87,6 +87,7 @@ mod tests {
                 count: 2,
                 paths: vec!["/etc/acme.conf".into()],
                 length: None,
+                wait_seconds: None,
             })),
         ];
         let shown = |d: PathDisplay| {

@@ -5,7 +5,10 @@
 //! EAGAIN/ETIMEDOUT are ordinary control flow) counts, per process, syscall
 //! and errno, except the errnos that mean "try again": EAGAIN (non-blocking
 //! I/O), EINTR and the kernel's restart codes (a signal arrived). For openat
-//! the last few failing paths are kept, for mmap/munmap the last length.
+//! the last few failing paths are kept, for connect the addresses (and how
+//! long each failure took: a timeout is seconds, a refusal microseconds),
+//! for mmap/munmap the last length. A non-blocking connect's EINPROGRESS
+//! is the connection under way, not a failure.
 //! Exact per-process counts are also in sonic_probe_syscall_errors_total.
 //!
 //! A failure is reported only once it *recurs* in its process (unless
@@ -59,6 +62,9 @@ pub struct Detail {
     pub paths: Vec<String>,
     /// The last requested length (mmap, munmap).
     pub length: Option<u64>,
+    /// How long the failing calls took, on average (connect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_seconds: Option<f64>,
 }
 
 impl DetailKind for Detail {
@@ -79,6 +85,12 @@ impl DetailKind for Detail {
         if later.length.is_some() {
             self.length = later.length;
         }
+        if let Some(w) = later.wait_seconds {
+            // Weighted by the counts (self's already includes later's).
+            let mine = self.count - later.count;
+            let before = self.wait_seconds.unwrap_or(w) * mine as f64;
+            self.wait_seconds = Some((before + w * later.count as f64) / self.count.max(1) as f64);
+        }
     }
 
     fn show_paths(&mut self, display: PathDisplay) {
@@ -95,7 +107,22 @@ impl DetailKind for Detail {
         if let Some(l) = self.length {
             s.push_str(&format!(" (length {})", human_bytes(l)));
         }
+        if let Some(w) = self.wait_seconds {
+            let each = if self.count == 1 { "" } else { " each" };
+            s.push_str(&format!(" (waited {}{each})", human_wait(w)));
+        }
         s
+    }
+}
+
+/// `3.0 s`, `12 ms`, `40 µs`.
+fn human_wait(seconds: f64) -> String {
+    if seconds >= 0.1 {
+        format!("{seconds:.1} s")
+    } else if seconds >= 0.001 {
+        format!("{:.0} ms", seconds * 1e3)
+    } else {
+        format!("{:.0} µs", seconds * 1e6)
     }
 }
 
@@ -136,6 +163,8 @@ struct ErrState {
     count: u64,
     paths: VecDeque<String>,
     length: Option<u64>,
+    /// Time the failing calls took, in all (connect).
+    wait_ns: u64,
     first_ns: u64,
     last_ns: u64,
     /// openat: failing paths with the time each first failed.
@@ -200,7 +229,7 @@ fn recurs(st: &mut ErrState, path: Option<&str>, t: u64) -> bool {
 impl Detector for SyscallErrors {
     fn observe(&mut self, input: &Input<'_>, evictions: &mut Evictions) {
         let Event::Call(c) = input.event else { return };
-        let Some(e) = c.errno() else { return };
+        let Some(e) = c.failure() else { return };
         if c.raw.syscall == syscalls::FUTEX || RETRY.contains(&e) {
             return;
         }
@@ -209,7 +238,7 @@ impl Detector for SyscallErrors {
             return;
         }
         let ignored = |p: &str| self.cfg.ignore.matches(p);
-        let path = c.path_lossy();
+        let path = c.target();
         if path.as_deref().is_some_and(ignored) {
             return;
         }
@@ -234,6 +263,7 @@ impl Detector for SyscallErrors {
             count: 0,
             paths: VecDeque::new(),
             length: None,
+            wait_ns: 0,
             first_ns: t,
             last_ns: t,
             seen: VecDeque::new(),
@@ -266,6 +296,7 @@ impl Detector for SyscallErrors {
         if matches!(c.raw.syscall, syscalls::MMAP | syscalls::MUNMAP) {
             st.length = Some(c.raw.args[1]);
         }
+        st.wait_ns += c.raw.duration_ns;
         if let Some(key) = new {
             self.errors.inserted(key, evictions);
         }
@@ -295,6 +326,9 @@ impl Detector for SyscallErrors {
                         count: st.count,
                         paths: st.paths.iter().cloned().collect(),
                         length: st.length,
+                        wait_seconds: syscalls::by_index(*sc)
+                            .is_some_and(|s| s.addr_arg.is_some())
+                            .then(|| st.wait_ns as f64 / 1e9 / st.count.max(1) as f64),
                     }
                     .into(),
                     *inc,
@@ -356,6 +390,42 @@ mod tests {
         assert_eq!(paths.last().unwrap(), "/models/v6/lip_decoder.pth");
         let findings::Detail::SyscallErrors(Detail { errno, paths, .. }) = &f[1] else { panic!() };
         assert_eq!((errno.as_str(), paths.as_slice()), ("EACCES", &["/models/secret.pth".to_string()][..]));
+    }
+
+    /// A connect to 10.0.0.5:`port` that returned `ret` after `took` ns.
+    fn connect(t: u64, port: u16, ret: i64, took: u64) -> Event {
+        let mut c = call(syscalls::CONNECT, 4, 4, t, took, ret, [3, 0x1000, 16, 0, 0, 0]);
+        c.raw.header.kind = sonic_probe_common::EVENT_SYSCALL_PATH;
+        c.raw.reasons = sonic_probe_common::EMIT_ERROR | sonic_probe_common::EMIT_PATH;
+        let mut sa = 2u16.to_ne_bytes().to_vec();
+        sa.extend(port.to_be_bytes());
+        sa.extend([10, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0]);
+        c.raw.path_len = sa.len() as u16;
+        c.path = Some(sa);
+        Event::Call(c)
+    }
+
+    #[test]
+    fn a_model_store_that_times_out_is_named_with_how_long_each_try_waited() {
+        let mut e = Engine::new(&Settings::default());
+        // Non-blocking connects under way: no failure.
+        for i in 0..5 {
+            e.observe(&connect(SEC + i, 443, -115, 20_000));
+        }
+        for i in 0..3 {
+            e.observe(&connect((2 + 3 * i) * SEC, 9000, -110, 3 * SEC));
+        }
+        let f = found(&mut e, 9 * SEC);
+        let [findings::Detail::SyscallErrors(d)] = &f[..] else { panic!("{f:?}") };
+        assert_eq!(
+            (d.errno.as_str(), d.count, d.paths.as_slice()),
+            ("ETIMEDOUT", 3, &["10.0.0.5:9000".to_string()][..])
+        );
+        assert_eq!(d.describe(), "connect failed 3 times with ETIMEDOUT: 10.0.0.5:9000 (waited 3.0 s each)");
+        // Findings of the same problem merged: the mean of all.
+        let mut a = d.clone();
+        a.fold(Detail { count: 1, wait_seconds: Some(1.0), ..d.clone() });
+        assert_eq!((a.count, a.wait_seconds), (4, Some(2.5)));
     }
 
     #[test]

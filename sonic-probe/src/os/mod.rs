@@ -1,5 +1,5 @@
 //! What the operating system says, in the words strace and operators use:
-//! errno and futex operation names, the little read from /proc and /sys
+//! errno and futex operation names, socket addresses, the little read from /proc and /sys
 //! (a cgroup's CPU limit among it), the signals that end a command, and
 //! the clock the kernel's events are timed by. Leaves: they import nothing of the daemon, and every room
 //! above may use them.
@@ -9,6 +9,7 @@ pub mod errno;
 pub mod futex;
 pub mod procfs;
 pub mod signals;
+pub mod sockaddr;
 
 /// CLOCK_MONOTONIC now, in ns (the clock of bpf_ktime_get_ns, which times
 /// every event).

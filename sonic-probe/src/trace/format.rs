@@ -143,6 +143,7 @@ impl Formatter {
                 Arg::HexOffset => syscall_args::hex(v),
                 Arg::Clock => syscall_args::clock(v),
                 Arg::IoctlRequest => syscall_args::ioctl_request(v as u32),
+                Arg::SockAddr => c.address().map_or_else(|| syscall_args::addr(v), |a| a.strace()),
             });
         }
         out.join(", ")
