@@ -88,6 +88,10 @@ shared_consts! {
     pub const EMIT_PATH_TRUNCATED: u16 = 32;
     /// Flag: the path could not be read from user memory.
     pub const EMIT_PATH_UNREADABLE: u16 = 64;
+    /// Flag: a failure of a call that is not traced (probe_config's
+    /// error_only_mask), seen at its exit only: its start time is the
+    /// exit's, its duration unknown (0).
+    pub const EMIT_UNTIMED: u16 = 128;
 
     /// probe_config.filter_flags: only target processes are traced (else the whole host).
     pub const FILTER_TARGETS: u32 = 1;

@@ -65,6 +65,12 @@ shared_struct! {
         /// 32 KiB with KASAN): its user registers sit at the top, where the
         /// call a thread blocks in is read.
         pub thread_stack_size: u32,
+        /// Bit per syscall index: failures of it are counted (and sent, if
+        /// in error_event_mask) even when it is not in syscall_mask. Its
+        /// exit alone sees them (the arguments are in its registers), so
+        /// its successful calls pay one compare (write, pwrite64, writev).
+        pub error_only_mask: u32,
+        pub _pad_end: u32,
     }
 }
 
@@ -603,7 +609,7 @@ const _: () = assert!(core::mem::size_of::<ReopenKey>() == 24);
 const _: () = assert!(core::mem::size_of::<Reopens>() == 40);
 const _: () = assert!(core::mem::size_of::<ErrorKey>() == 32);
 const _: () = assert!(core::mem::size_of::<ThreadState>() == 112 + 8 * STATS_SLOT_CACHE as usize + PATH_CAP);
-const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 88 + 4 * MAX_GPU_MAJORS);
+const _: () = assert!(core::mem::size_of::<ProbeConfig>() == 96 + 4 * MAX_GPU_MAJORS);
 const _: () = assert!(core::mem::size_of::<ThreadTimeKey>() == 40);
 const _: () = assert!(core::mem::size_of::<ThreadTimes>() == 8 * NR_THREAD_STATES as usize);
 const _: () = assert!(core::mem::size_of::<ThreadClock>() == 80);

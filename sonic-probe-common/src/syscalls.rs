@@ -210,6 +210,11 @@ pub struct Syscall {
     pub error_events: bool,
     /// Traced by `sonic-probe run` unless --syscalls says otherwise.
     pub default_on: bool,
+    /// Its failures are counted and sent even when it is not traced
+    /// (probe_config.error_only_mask): a write failing on a full disk is
+    /// seen in the default configuration, whose successful writes pay
+    /// nothing more.
+    pub errors_always: bool,
     /// How trace prints its arguments and result.
     pub args: Args,
     pub ret: Ret,
@@ -229,6 +234,7 @@ pub const WRITE: u16 = 8;
 pub const IOCTL: u16 = 9;
 pub const PWRITE64: u16 = 10;
 pub const CONNECT: u16 = 11;
+pub const WRITEV: u16 = 12;
 
 const NONE: Syscall = Syscall {
     index: 0,
@@ -246,6 +252,7 @@ const NONE: Syscall = Syscall {
     variant: Variant::None,
     error_events: true,
     default_on: true,
+    errors_always: false,
     args: Args::List(&[]),
     ret: Ret::Int,
     families: Families { bytes: None, size: None, small: None, succeeded: None, duration: None },
@@ -263,7 +270,7 @@ use Arg::*;
 
 /// Every traced system call, in index order.
 #[rustfmt::skip]
-pub const SYSCALLS: [Syscall; 12] = [
+pub const SYSCALLS: [Syscall; 13] = [
     Syscall {
         index: FUTEX, name: "futex", nr_x86_64: 202,
         variant: Variant::FutexCommand,
@@ -387,6 +394,7 @@ pub const SYSCALLS: [Syscall; 12] = [
         bytes: Bytes::Return,
         variant: Variant::FileClass,
         default_on: false,
+        errors_always: true,
         args: Args::List(&[Fd, Addr, Unsigned]),
         families: Families {
             bytes: Some(Family {
@@ -428,6 +436,7 @@ pub const SYSCALLS: [Syscall; 12] = [
         bytes: Bytes::Return,
         variant: Variant::FileClass,
         default_on: false,
+        errors_always: true,
         args: Args::List(&[Fd, Addr, Unsigned, Signed]),
         families: Families {
             bytes: Some(Family {
@@ -450,6 +459,24 @@ pub const SYSCALLS: [Syscall; 12] = [
         addr_arg: Some(1),
         in_progress_errno: Some(115), // EINPROGRESS
         args: Args::List(&[Fd, SockAddr, U32]),
+        ..NONE
+    },
+    // Opt-in like write (its failures always counted, as write's).
+    Syscall {
+        index: WRITEV, name: "writev", nr_x86_64: 20,
+        fd_arg: Some(0), fd_use: FdUse::Classify,
+        bytes: Bytes::Return,
+        variant: Variant::FileClass,
+        default_on: false,
+        errors_always: true,
+        args: Args::List(&[Fd, Addr, U32]),
+        families: Families {
+            bytes: Some(Family {
+                name: "sonic_probe_writev_bytes_total",
+                help: "Bytes written by successful writev calls.",
+            }),
+            ..NO_FAMILIES
+        },
         ..NONE
     },
 ];
@@ -505,6 +532,11 @@ pub fn all_mask() -> u32 {
 /// The rows `run` traces by default.
 pub fn default_mask() -> u32 {
     mask_of(SYSCALLS.iter().filter(|s| s.default_on).map(|s| s.index))
+}
+
+/// The rows whose failures are counted even when not traced.
+pub fn errors_always_mask() -> u32 {
+    mask_of(SYSCALLS.iter().filter(|s| s.errors_always).map(|s| s.index))
 }
 
 /// The names of the rows in `mask`, in table order.
@@ -674,6 +706,9 @@ mod tests {
             }
             assert_eq!(s.bytes == Bytes::None, s.families.bytes.is_none(), "{n}: bytes and their family");
             assert_eq!(s.count_small, s.families.small.is_some(), "{n}: small calls and their family");
+            if s.errors_always {
+                assert!(s.error_events && !s.default_on, "{n}: failures always counted is for opt-in calls");
+            }
             let needs_fd = matches!(s.fd_use, FdUse::Classify | FdUse::Read | FdUse::Closes | FdUse::Names);
             assert_eq!(needs_fd, s.fd_arg.is_some(), "{n}: fd_use and fd_arg");
             if s.variant == Variant::FileClass || s.variant == Variant::DeviceClass {
@@ -719,10 +754,11 @@ mod tests {
         assert_eq!(mask_of([FUTEX, MUNMAP]), 0b10001);
         assert_eq!(names_of(default_mask()).len(), 9, "the seven calls of before plus pread64 and connect");
         assert_eq!(
-            default_mask() & mask_of([WRITE, IOCTL, PWRITE64]),
+            default_mask() & mask_of([WRITE, IOCTL, PWRITE64, WRITEV]),
             0,
-            "write, ioctl and pwrite64 are opt-in"
+            "write, ioctl, pwrite64 and writev are opt-in"
         );
+        assert_eq!(errors_always_mask(), mask_of([WRITE, PWRITE64, WRITEV]), "their failures are not");
         assert_eq!(names_of(all_mask()).len(), NR_SYSCALLS);
     }
 }

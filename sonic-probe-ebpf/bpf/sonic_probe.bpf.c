@@ -105,6 +105,63 @@ static __always_inline void describe_file(struct call_info *c, const struct open
 	c->file_ino = of->ino;
 }
 
+/* errno values (asm-generic/errno-base.h): the "try again" ones. */
+#define SP_EINTR 4
+#define SP_EAGAIN 11
+
+/* A failure of a call that was not traced, of a row in error_only_mask
+ * (write on a full disk): counted by errno, and sent (without a duration:
+ * EMIT_UNTIMED) when the row's failures are sent. Its arguments are still
+ * in the saved registers at exit; the thread's entry state is scratch
+ * (no call of it is in flight: this is its exit). */
+static __always_inline void untraced_failure(struct pt_regs *regs, long ret, int idx, struct task_struct *task,
+					     __u64 pid_tgid)
+{
+	struct probe_config *cfg = get_config();
+	if (!cfg || !(cfg->error_only_mask & (1u << idx)) || (cfg->syscall_mask & (1u << idx)))
+		return;
+	if (!is_target_thread(cfg, pid_tgid) || (KREAD(task, thread_info.status) & TS_COMPAT))
+		return;
+	struct stats_key key = { .syscall = idx, .cgroup = workload_of(cfg, task) };
+	{
+		struct task_struct *leader = KREAD(task, group_leader);
+		KREAD_COMM(key.comm, leader);
+	}
+	add_error(&key, ret);
+	if (!(cfg->error_event_mask & (1u << idx)))
+		return;
+	struct thread_state *st = entry_state_create(task, pid_tgid);
+	if (!st) {
+		count(SP_COUNTER_DROP_THREAD_STATE);
+		return;
+	}
+	st->args[0] = regs->di;
+	st->args[1] = regs->si;
+	st->args[2] = regs->dx;
+	st->args[3] = regs->r10;
+	st->args[4] = regs->r8;
+	st->args[5] = regs->r9;
+	st->syscall = idx;
+	st->active = 0;
+	st->path_len = 0;
+	st->path_flags = SP_EMIT_PATH_UNREADABLE;
+	st->aux_kind = 0;
+	st->start_ns = bpf_ktime_get_ns();
+	struct call_info c = {
+		.pid_tgid = pid_tgid,
+		.ret = ret,
+		.reasons = SP_EMIT_ERROR | SP_EMIT_UNTIMED,
+	};
+	int farg = sp_syscall_fd_arg(idx);
+	if (farg >= 0 && farg < 6 && (int)st->args[farg] >= 0) {
+		struct open_file *of = lookup_fd(cfg, task, pid_tgid >> 32, st->args[farg]);
+		if (of)
+			describe_file(&c, of);
+	}
+	struct futex_wake waker = {};
+	emit_call(cfg, task, st, &key, &c, false, &waker);
+}
+
 SEC("tp_btf/sys_exit")
 int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 {
@@ -115,8 +172,14 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	struct task_struct *task = current_task();
 	__u64 pid_tgid = task_pid_tgid(task);
 	struct thread_state *st = entry_state_get(task, pid_tgid);
-	if (!st || !st->active || st->syscall != idx)
+	if (!st || !st->active || st->syscall != idx) {
+		/* Not traced: its failure may be counted still (all a successful
+		 * call of an untraced row pays is this compare). EAGAIN and EINTR
+		 * are no failures, and frequent (non-blocking sockets): left out. */
+		if (ret < 0 && ret >= -4095 && ret != -SP_EAGAIN && ret != -SP_EINTR)
+			untraced_failure(regs, ret, idx, task, pid_tgid);
 		return 0;
+	}
 	st->active = 0;
 
 	struct call_info c = {

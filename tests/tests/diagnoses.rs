@@ -526,10 +526,10 @@ for i in range(500):
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// tests/workloads/connect_failures.py ARGS under `strace -f -e
-/// trace=connect` (inside network namespace `netns` if given), blocked
-/// until [`Connects::go`].
-struct Connects {
+/// A Python workload of tests/workloads, `SCRIPT ARGS`, under `strace -f
+/// STRACE_ARGS -o FILE`, blocked until [`Traced::go`] (it prints "ready",
+/// reads a byte, works, prints "done").
+struct Traced {
     child: std::process::Child,
     stdout: std::io::BufReader<std::process::ChildStdout>,
     strace_out: std::path::PathBuf,
@@ -537,21 +537,15 @@ struct Connects {
     pid: u32,
 }
 
-impl Connects {
-    fn start(netns: Option<&str>, args: &[&str]) -> Connects {
+impl Traced {
+    fn start(strace_args: &[&str], script: &str, args: &[&str]) -> Traced {
         use std::io::BufRead;
-        let strace_out = std::env::temp_dir().join(unique_name("spconnect")).with_extension("strace");
-        let mut cmd = match netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, "strace"]);
-                c
-            }
-            None => Command::new("strace"),
-        };
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/connect_failures.py");
-        let mut child = cmd
-            .args(["-f", "-qq", "-e", "trace=connect", "-o"])
+        let strace_out = std::env::temp_dir().join(unique_name("spstrace")).with_extension("strace");
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads").join(script);
+        let mut child = Command::new("strace")
+            .args(["-f", "-qq"])
+            .args(strace_args)
+            .arg("-o")
             .arg(&strace_out)
             .arg("/usr/bin/python3")
             .arg(script)
@@ -563,25 +557,42 @@ impl Connects {
         let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         stdout.read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "ready", "connect_failures.py did not start");
-        // ip netns exec execs strace: the same process, whose one child is Python.
+        assert_eq!(line.trim(), "ready", "the workload did not start");
         let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", child.id())).unwrap();
         let pid = children.split_whitespace().next().and_then(|p| p.parse().ok()).expect("strace's child");
-        Connects { child, stdout, strace_out, pid }
+        Traced { child, stdout, strace_out, pid }
     }
 
-    /// Lets it connect; waits until it is done and gone. strace's count of
-    /// each result: "0", "ECONNREFUSED", ...
-    fn go(mut self) -> std::collections::BTreeMap<String, u64> {
+    /// Lets it work; waits until it is done and gone: strace's output.
+    fn go(mut self) -> String {
         use std::io::{BufRead, Write};
         self.child.stdin.take().unwrap().write_all(b"g").unwrap();
         let mut line = String::new();
         self.stdout.read_line(&mut line).unwrap();
         assert_eq!(line.trim(), "done");
         assert!(self.child.wait().unwrap().success());
+        let out = std::fs::read_to_string(&self.strace_out).unwrap();
+        let _ = std::fs::remove_file(&self.strace_out);
+        out
+    }
+}
+
+/// connect_failures.py ARGS under `strace -e trace=connect`.
+struct Connects(Traced);
+
+impl Connects {
+    fn start(args: &[&str]) -> Connects {
+        Connects(Traced::start(&["-e", "trace=connect"], "connect_failures.py", args))
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.pid
+    }
+
+    /// strace's count of each result: "0", "ECONNREFUSED", ...
+    fn go(self) -> std::collections::BTreeMap<String, u64> {
         let mut results = std::collections::BTreeMap::new();
-        for l in std::fs::read_to_string(&self.strace_out).unwrap().lines().filter(|l| l.contains("connect("))
-        {
+        for l in self.0.go().lines().filter(|l| l.contains("connect(")) {
             let result = l.rsplit_once(") = ").map(|(_, r)| r).unwrap_or_else(|| panic!("strace line {l:?}"));
             let result = match result.strip_prefix("-1 ") {
                 Some(e) => e.split_whitespace().next().unwrap().to_string(),
@@ -589,7 +600,6 @@ impl Connects {
             };
             *results.entry(result).or_default() += 1;
         }
-        let _ = std::fs::remove_file(&self.strace_out);
         results
     }
 }
@@ -626,8 +636,8 @@ fn connect_failures_are_counted_by_errno_and_named_by_address() {
     ];
     let mut args = vec!["5", "0.15"];
     args.extend(targets.iter().map(String::as_str));
-    let w = Connects::start(None, &args);
-    let pid = w.pid;
+    let w = Connects::start(&args);
+    let pid = w.pid();
     let d = Daemon::start(&["--pid", &pid.to_string()]);
     let strace = w.go();
     assert_eq!((strace.get("ECONNREFUSED"), strace.get("ENOENT")), (Some(&5), Some(&5)), "{strace:?}");
@@ -669,8 +679,8 @@ fn a_connect_that_times_out_is_named_with_how_long_it_waited() {
     let listener = full_listener();
     let port = listener.1;
     let target = format!("syn1:127.0.0.1:{port}");
-    let w = Connects::start(None, &["2", "0", &target]);
-    let pid = w.pid;
+    let w = Connects::start(&["2", "0", &target]);
+    let pid = w.pid();
     let d = Daemon::start(&["--pid", &pid.to_string()]);
     let strace = w.go();
     assert_eq!(strace.get("ETIMEDOUT"), Some(&2), "{strace:?}");
@@ -721,4 +731,64 @@ fn full_listener() -> (std::os::fd::OwnedFd, u16, std::net::TcpStream) {
             std::net::TcpStream::connect(("127.0.0.1", port)).expect("the connection that fills the queue");
         (owned, port, queued)
     }
+}
+
+/// A tmpfs of the test's own at a new directory, unmounted when dropped.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn new(size: &str) -> SmallDisk {
+        let dir = std::env::temp_dir().join(unique_name("spdisk"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let o = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "mount: {}", String::from_utf8_lossy(&o.stderr));
+        SmallDisk(dir)
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn a_full_disk_is_counted_and_named_in_the_default_configuration() {
+    if !privileged("a_full_disk_is_counted_and_named_in_the_default_configuration") {
+        return;
+    }
+    // write, pwrite64 and writev are not traced by default; their failures
+    // are counted and named all the same. A writer fills a 256 KiB tmpfs,
+    // then tries again, each call in turn, 150 ms apart.
+    let disk = SmallDisk::new("256k");
+    let file = disk.0.join("frames.bin");
+    let w = Traced::start(&["-c"], "fill_disk.py", &[file.to_str().unwrap(), "6", "0.15"]);
+    let pid = w.pid;
+    let d = Daemon::start(&["--pid", &pid.to_string()]);
+    let strace = sonic_probe_tests::parse_strace_summary(&w.go());
+    let m = d.metrics();
+    for call in ["write", "pwrite64", "writev"] {
+        let (calls, errors) = strace.get(call).copied().unwrap_or((0, 0));
+        assert!(calls > 0 && errors > 0, "{call}: {strace:?}");
+        assert_eq!(m.errors(call, "python3", "ENOSPC"), errors, "{call} ENOSPC: ours vs strace -c");
+        assert_eq!(m.calls(call, "python3"), 0, "{call} is not traced: no calls counted");
+    }
+    let f = d.findings_when(|f| {
+        f.iter().any(|f| {
+            f["kind"] == "syscall_errors"
+                && f["pid"] == pid
+                && f["syscall"] == "write"
+                && f["errno"] == "ENOSPC"
+        })
+    });
+    let e = f
+        .iter()
+        .find(|f| f["kind"] == "syscall_errors" && f["pid"] == pid && f["syscall"] == "write")
+        .unwrap();
+    assert_eq!(e["paths"], serde_json::json!([file.to_str().unwrap()]), "{e:#}");
 }

@@ -11,6 +11,8 @@
 //!              read-only, so most are counted in the kernel, not sent
 //!   openat-rw  the same opened read-write: every open sent with its path
 //!   mmap       mmap + munmap of 64 KiB            (traced, two calls)
+//!   write      write 1 byte to /dev/null          (not traced by run's
+//!              default; its failures are counted)
 //!   getppid    getppid                            (not traced)
 //!   pingpong   two threads on one CPU waking each other through a futex:
 //!              N round trips, two context switches (and two wake-ups)
@@ -213,6 +215,14 @@ fn bench(call: &str, n: u64, rate: Option<u64>) -> (Duration, u64) {
             "getppid" => {
                 let t = run(n, rate, || {
                     libc::syscall(libc::SYS_getppid);
+                });
+                (t, n)
+            }
+            "write" => {
+                let path = CString::new("/dev/null").unwrap();
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY);
+                let t = run(n, rate, || {
+                    libc::write(fd, buf.as_ptr().cast(), 1);
                 });
                 (t, n)
             }

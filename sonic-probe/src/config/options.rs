@@ -233,7 +233,8 @@ run_options! {
     /// and `all`: e.g. default,write,ioctl. {opt_in_syscalls} are off by
     /// default: on inference nodes they are the hottest calls (logging,
     /// sockets, the GPU driver) and each traced call costs a few hundred ns.
-    /// SIGHUP changes it.
+    /// Failures of write, pwrite64 and writev (a full disk) are counted and
+    /// named whether they are traced or not. SIGHUP changes it.
     #[arg(long, value_name = "LIST", value_parser = parse_syscalls)]
     #[serde(deserialize_with = "syscalls")]
     syscalls: Option<u32> = "default";

@@ -58,7 +58,8 @@ pub struct Detail {
     pub syscall: String,
     pub errno: String,
     pub count: u64,
-    /// The last few failing paths (openat).
+    /// The last few failing paths (openat), addresses (connect) or files
+    /// of the descriptors (write, read, ... on a file whose open was seen).
     pub paths: Vec<String>,
     /// The last requested length (mmap, munmap).
     pub length: Option<u64>,
@@ -238,22 +239,26 @@ impl Detector for SyscallErrors {
             return;
         }
         let ignored = |p: &str| self.cfg.ignore.matches(p);
+        // A call on a descriptor (a read, write or mmap of a file; the
+        // descriptor is the argument its row says) is named by its file's
+        // path, when its open was seen.
+        let file = c.syscall().fd_arg.and_then(|arg| {
+            let fd = c.raw.args[usize::from(arg)];
+            input
+                .files
+                .of_call(c.tgid(), fd as u32, c.raw.file_dev, c.raw.file_ino)
+                .map(|f| f.path.to_string())
+        });
+        if file.as_deref().is_some_and(ignored) {
+            return;
+        }
+        // Recurrence is by the path or address the call names; a
+        // descriptor's file is only shown.
         let path = c.target();
         if path.as_deref().is_some_and(ignored) {
             return;
         }
-        // A call on a descriptor of an ignored path (a read, write or mmap
-        // of it): the descriptor is the argument its row says.
-        if let Some(arg) = c.syscall().fd_arg {
-            let fd = c.raw.args[usize::from(arg)];
-            if input
-                .files
-                .of_call(c.tgid(), fd as u32, c.raw.file_dev, c.raw.file_ino)
-                .is_some_and(|f| ignored(&f.path))
-            {
-                return;
-            }
-        }
+        let shown = path.clone().or(file);
         let t = c.raw.header.time_ns;
         let key = (input.incarnation, c.raw.syscall, e);
         let new = (!self.errors.map.contains_key(&key)).then_some(key);
@@ -286,7 +291,7 @@ impl Detector for SyscallErrors {
             let key = (name, errno::name(e));
             self.counts.recurring.add(&st.comm, input.cgroup, key.clone(), key, n);
         }
-        if let Some(p) = path {
+        if let Some(p) = shown {
             st.paths.retain(|q| *q != p);
             st.paths.push_back(p);
             if st.paths.len() > MAX_PATHS {

@@ -63,6 +63,13 @@ impl ProbeConfigBuilder {
         self
     }
 
+    /// System calls whose failures are counted (and sent, as
+    /// [`Self::failed_calls_of`] says) even when they are not traced.
+    pub fn failures_always_of(mut self, mask: u32) -> Self {
+        self.config.error_only_mask = mask;
+        self
+    }
+
     /// Every call with a path argument is sent with its path.
     pub fn with_paths(mut self) -> Self {
         self.config.path_events = 1;

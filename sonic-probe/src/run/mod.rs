@@ -172,6 +172,9 @@ pub fn probe_config(config: &RunConfig) -> ProbeConfig {
         // Failed calls of the rows that say so (not futex: EAGAIN, ETIMEDOUT
         // and EINTR are its control flow, counted, not sent one by one).
         .failed_calls_of(mask_of(SYSCALLS.iter().filter(|s| s.error_events).map(|s| s.index)))
+        // write, pwrite64, writev: their failures (a full disk) even when
+        // they are not traced.
+        .failures_always_of(sonic_probe_common::syscalls::errors_always_mask())
         .with_paths()
         .count_reopens(crate::findings::REOPEN_COUNT_WINDOW)
         .slow_calls(config.kernel_slow_threshold())
