@@ -92,6 +92,10 @@ shared_consts! {
     /// error_only_mask), seen at its exit only: its start time is the
     /// exit's, its duration unknown (0).
     pub const EMIT_UNTIMED: u16 = 128;
+    /// Why a call was sent: a write to a regular file that wrote fewer
+    /// bytes than it asked, without an error (a disk filling up), of a row
+    /// with count_short whose failures are sent (error_event_mask).
+    pub const EMIT_SHORT: u16 = 256;
 
     /// probe_config.filter_flags: only target processes are traced (else the whole host).
     pub const FILTER_TARGETS: u32 = 1;

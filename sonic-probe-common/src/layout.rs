@@ -265,6 +265,10 @@ shared_struct! {
         /// Calls whose size argument was below probe_config.small_size
         /// (syscalls with count_small).
         pub small: u64,
+        /// Calls to a regular file that returned fewer bytes than their
+        /// size argument asked, without an error (syscalls with
+        /// count_short: short writes).
+        pub short_calls: u64,
         /// Sum of the size arguments (syscalls with a size_arg).
         pub size_total: u64,
         /// Log2 latency histogram, see LATENCY_BUCKETS.
@@ -603,7 +607,7 @@ const _: () = assert!(core::mem::size_of::<ProcessEvent>() == 56);
 const _: () = assert!(core::mem::size_of::<GpuWaitEvent>() == 80);
 const _: () = assert!(core::mem::size_of::<GpuWaiting>() == 48);
 const _: () = assert!(core::mem::size_of::<FutexWakeRing>() == 8 + 40 * FUTEX_WAKE_SLOTS as usize);
-const _: () = assert!(core::mem::size_of::<SyscallStats>() == 8 * (7 + LATENCY_BUCKETS + SIZE_BUCKETS));
+const _: () = assert!(core::mem::size_of::<SyscallStats>() == 8 * (8 + LATENCY_BUCKETS + SIZE_BUCKETS));
 const _: () = assert!(core::mem::size_of::<StatsKey>() == 32);
 const _: () = assert!(core::mem::size_of::<ReopenKey>() == 24);
 const _: () = assert!(core::mem::size_of::<Reopens>() == 40);

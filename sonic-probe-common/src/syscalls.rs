@@ -152,6 +152,10 @@ pub struct Families {
     /// Counter of calls whose size argument is below the small-read
     /// threshold (by comm and the variant label).
     pub small: Option<Family>,
+    /// Counter of calls to a regular file that moved fewer bytes than
+    /// their size argument asked, without an error (by comm and the
+    /// variant label): short writes, rows with count_short.
+    pub short: Option<Family>,
     /// Counter of successful calls (by comm and the variant label).
     pub succeeded: Option<Family>,
     /// Histogram of durations (by comm and the variant label; calls whose
@@ -197,6 +201,12 @@ pub struct Syscall {
     /// Calls whose size argument is below probe_config.small_size are
     /// counted in syscall_stats.small (small reads).
     pub count_small: bool,
+    /// Calls to a regular file that returned fewer bytes than the size
+    /// argument asked, without an error, are counted in
+    /// syscall_stats.short_calls, and sent (EMIT_SHORT) when the row's
+    /// failures are: a write's short count is the disk filling up. Only
+    /// where the call is traced (its entry saved the size).
+    pub count_short: bool,
     /// Calls whose size argument reaches probe_config.large_size are sent as
     /// events (large mappings).
     pub large_events: bool,
@@ -247,6 +257,7 @@ const NONE: Syscall = Syscall {
     fd_use: FdUse::None,
     size_arg: None,
     count_small: false,
+    count_short: false,
     large_events: false,
     bytes: Bytes::None,
     variant: Variant::None,
@@ -255,7 +266,7 @@ const NONE: Syscall = Syscall {
     errors_always: false,
     args: Args::List(&[]),
     ret: Ret::Int,
-    families: Families { bytes: None, size: None, small: None, succeeded: None, duration: None },
+    families: Families { bytes: None, size: None, small: None, short: None, succeeded: None, duration: None },
 };
 
 const NO_FAMILIES: Families = NONE.families;
@@ -390,7 +401,7 @@ pub const SYSCALLS: [Syscall; 13] = [
     Syscall {
         index: WRITE, name: "write", nr_x86_64: 1,
         fd_arg: Some(0), fd_use: FdUse::Classify,
-        size_arg: Some(2),
+        size_arg: Some(2), count_short: true,
         bytes: Bytes::Return,
         variant: Variant::FileClass,
         default_on: false,
@@ -404,6 +415,11 @@ pub const SYSCALLS: [Syscall; 13] = [
             size: Some(Family {
                 name: "sonic_probe_write_size_bytes",
                 help: "Bytes given to write calls, by the class of what was written to.",
+            }),
+            short: Some(Family {
+                name: "sonic_probe_short_writes_total",
+                help: "write calls to a regular file that wrote fewer bytes than asked, without an error \
+                       (a disk filling up); only where write is traced.",
             }),
             ..NO_FAMILIES
         },
@@ -432,7 +448,7 @@ pub const SYSCALLS: [Syscall; 13] = [
     Syscall {
         index: PWRITE64, name: "pwrite64", nr_x86_64: 18,
         fd_arg: Some(0), fd_use: FdUse::Classify,
-        size_arg: Some(2),
+        size_arg: Some(2), count_short: true,
         bytes: Bytes::Return,
         variant: Variant::FileClass,
         default_on: false,
@@ -446,6 +462,11 @@ pub const SYSCALLS: [Syscall; 13] = [
             size: Some(Family {
                 name: "sonic_probe_pwrite64_size_bytes",
                 help: "Bytes given to pwrite64 calls, by the class of what was written to.",
+            }),
+            short: Some(Family {
+                name: "sonic_probe_short_pwrites_total",
+                help: "pwrite64 calls to a regular file that wrote fewer bytes than asked, without an \
+                       error (a disk filling up); only where pwrite64 is traced.",
             }),
             ..NO_FAMILIES
         },
@@ -539,6 +560,11 @@ pub fn errors_always_mask() -> u32 {
     mask_of(SYSCALLS.iter().filter(|s| s.errors_always).map(|s| s.index))
 }
 
+/// The rows whose short calls are counted (count_short).
+pub fn count_short_mask() -> u32 {
+    mask_of(SYSCALLS.iter().filter(|s| s.count_short).map(|s| s.index))
+}
+
 /// The names of the rows in `mask`, in table order.
 pub fn names_of(mask: u32) -> Vec<&'static str> {
     SYSCALLS.iter().filter(|s| mask & (1 << s.index) != 0).map(|s| s.name).collect()
@@ -581,6 +607,12 @@ pub(crate) fn write_c_table(out: &mut String) {
         out,
         "// stats_key.variant of a call: 0, the futex command, or the class of its file.\n\
          #define SP_VARIANT_NONE 0\n#define SP_VARIANT_FUTEX_CMD 1\n#define SP_VARIANT_FILE_CLASS 2"
+    );
+    crate::cgen::write_define(
+        out,
+        "COUNT_SHORT_MASK",
+        format!("{:#x}", count_short_mask()),
+        "Rows whose short calls are counted (count_short), one bit per index.",
     );
     out.push('\n');
     let arms = |f: &dyn Fn(&Syscall) -> Option<String>| {
@@ -706,6 +738,17 @@ mod tests {
             }
             assert_eq!(s.bytes == Bytes::None, s.families.bytes.is_none(), "{n}: bytes and their family");
             assert_eq!(s.count_small, s.families.small.is_some(), "{n}: small calls and their family");
+            assert_eq!(s.count_short, s.families.short.is_some(), "{n}: short calls and their family");
+            if s.count_short {
+                assert!(
+                    s.size_arg.is_some() && s.bytes == Bytes::Return && s.error_events,
+                    "{n}: a short call returns fewer bytes than its size argument, and is sent as failures are"
+                );
+                assert!(
+                    matches!(s.fd_use, FdUse::Classify),
+                    "{n}: short calls are counted of regular files, known by the descriptor"
+                );
+            }
             if s.errors_always {
                 assert!(s.error_events && !s.default_on, "{n}: failures always counted is for opt-in calls");
             }
@@ -741,7 +784,11 @@ mod tests {
                     assert!(usize::from(a) + 1 < args.len(), "{n}: the address's length follows it");
                 }
             }
-            if s.families.succeeded.is_some() || s.families.duration.is_some() || s.families.small.is_some() {
+            if s.families.succeeded.is_some()
+                || s.families.duration.is_some()
+                || s.families.small.is_some()
+                || s.families.short.is_some()
+            {
                 assert!(s.variant.label().is_some(), "{n}: families by variant need a variant label");
             }
         }
@@ -757,6 +804,11 @@ mod tests {
             default_mask() & mask_of([WRITE, IOCTL, PWRITE64, WRITEV]),
             0,
             "write, ioctl, pwrite64 and writev are opt-in"
+        );
+        assert_eq!(
+            count_short_mask(),
+            mask_of([WRITE, PWRITE64]),
+            "writev's ask is the sum of its iovec array, in user memory: not known at exit"
         );
         assert_eq!(errors_always_mask(), mask_of([WRITE, PWRITE64, WRITEV]), "their failures are not");
         assert_eq!(names_of(all_mask()).len(), NR_SYSCALLS);

@@ -237,6 +237,8 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 				if (S_ISREG(of->mode)) {
 					if (fuse == SP_FD_READ)
 						account_read(of, sample.size, ret, cfg);
+					else
+						sample.short_io = short_io_of(idx, ret, sample.size);
 				} else {
 					fd_class_note(tgid, fd, gen, of);
 				}
@@ -281,6 +283,11 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		c.reasons |= SP_EMIT_SLOW;
 	if (failed && (cfg->error_event_mask & (1u << idx)))
 		c.reasons |= SP_EMIT_ERROR;
+	/* A short write is sent as its row's failures are. Without a branch,
+	 * which would double the verifier's walk of the rest for each row that
+	 * counts short calls. */
+	_Static_assert(SP_EMIT_SHORT == 1 << 8, "EMIT_SHORT is bit 8");
+	c.reasons |= (sample.short_io & (cfg->error_event_mask >> idx)) << 8;
 	if (sp_syscall_large_events(idx) && cfg->large_size && sample.size >= cfg->large_size)
 		c.reasons |= SP_EMIT_LARGE_MAP;
 	if (!c.reasons)

@@ -39,10 +39,26 @@ struct call_sample {
 	__u64 duration_ns;
 	__u64 bytes;
 	__u64 size;
+	/* 1 if it is a short call (short_io_of), else 0: added as it is. */
+	__u64 short_io;
 	bool failed;
 	bool has_size;
 	bool small;
 };
+
+/* 1 if the call of row idx is one whose short calls count (count_short)
+ * and returned fewer bytes than it asked without an error (0 <= ret <
+ * asked), else 0. Arithmetic only, no branch: sign bits of differences (a
+ * size past 2^63 is no size a write is given). A branch here would split
+ * the verifier's walk of everything after it in sys_exit. */
+static __always_inline __u64 short_io_of(int idx, long ret, __u64 asked)
+{
+	__u64 row = ((__u64)SP_COUNT_SHORT_MASK >> (idx & 31)) & 1;
+	__u64 not_failed = ~(__u64)ret >> 63;
+	__u64 fewer = (__u64)(ret - (long)asked) >> 63;
+
+	return row & not_failed & fewer;
+}
 
 /* The slot of key in stats_slots plus one: its stats_index entry, made
  * now if this is its first call; SP_SLOT_IN_HASH when there is no slot
@@ -177,6 +193,7 @@ static __always_inline bool add_stats(struct thread_state *st, const struct stat
 	}
 	if (c->small)
 		s->small += 1;
+	s->short_calls += c->short_io;
 	__u32 b = latency_bucket(c->duration_ns);
 	if (b < SP_LATENCY_BUCKETS)
 		s->latency[b] += 1;

@@ -435,6 +435,14 @@ fn busy_node(test: &str, load: f64) {
     let python: String = python.chars().take(15).collect();
     let python_opens = m.calls("openat", &python);
     assert!(python_opens > 0, "no openat of the mix's Python ({python}) counted");
+    // Its tools' one-off socket probes and failed writes are counted
+    // (connect is traced by default; write failures always counted), and
+    // none is a finding (checked above).
+    let comm = |tool: &str| format!("{}{tool}", noise.prefix).chars().take(15).collect::<String>();
+    for errno in ["ENOENT", "ECONNREFUSED"] {
+        assert!(m.errors("connect", &python, errno) > 0, "no connect {errno} of the mix's Python counted");
+    }
+    assert!(m.errors("write", &comm("date"), "ENOSPC") > 0, "no write ENOSPC of the mix's date counted");
     drop(noise);
     cleanup();
 }
@@ -623,15 +631,19 @@ fn connect_failures_are_counted_by_errno_and_named_by_address() {
     }
     // A port nothing listens on (bound, then let go), one a listener of
     // ours serves (the non-blocking connects: EINPROGRESS, a connection
-    // under way, is no failure), and a Unix socket path with no file.
+    // under way, is no failure), a Unix socket path with no file, and one
+    // whose server is gone (its file left behind: ECONNREFUSED).
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let open = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dir = std::env::temp_dir().join(unique_name("spsock"));
     std::fs::create_dir_all(&dir).unwrap();
     let unix = dir.join("store.sock");
+    let gone = dir.join("gone.sock");
+    drop(std::os::unix::net::UnixListener::bind(&gone).unwrap());
     let targets = [
         format!("tcp:127.0.0.1:{closed}"),
         format!("unix:{}", unix.display()),
+        format!("unix:{}", gone.display()),
         format!("nonblock:127.0.0.1:{}", open.local_addr().unwrap().port()),
     ];
     let mut args = vec!["5", "0.15"];
@@ -640,7 +652,7 @@ fn connect_failures_are_counted_by_errno_and_named_by_address() {
     let pid = w.pid();
     let d = Daemon::start(&["--pid", &pid.to_string()]);
     let strace = w.go();
-    assert_eq!((strace.get("ECONNREFUSED"), strace.get("ENOENT")), (Some(&5), Some(&5)), "{strace:?}");
+    assert_eq!((strace.get("ECONNREFUSED"), strace.get("ENOENT")), (Some(&10), Some(&5)), "{strace:?}");
     let m = d.metrics();
     let total: u64 = strace.values().sum();
     assert_eq!(m.calls("connect", "python3"), total, "connect calls: ours vs strace: {strace:?}");
@@ -655,11 +667,15 @@ fn connect_failures_are_counted_by_errno_and_named_by_address() {
     // Events are handled after the counts are in the kernel's maps: the
     // findings are complete once they hold every failure.
     let f = d.findings_when(|f| {
-        connect_errors(f, pid, "ECONNREFUSED").is_some_and(|e| e["count"] == 5)
+        connect_errors(f, pid, "ECONNREFUSED").is_some_and(|e| e["count"] == 10)
             && connect_errors(f, pid, "ENOENT").is_some_and(|e| e["count"] == 5)
     });
     let refused = connect_errors(&f, pid, "ECONNREFUSED").unwrap();
-    assert_eq!(refused["paths"], serde_json::json!([format!("127.0.0.1:{closed}")]), "{refused:#}");
+    assert_eq!(
+        refused["paths"],
+        serde_json::json!([format!("127.0.0.1:{closed}"), gone.display().to_string()]),
+        "{refused:#}"
+    );
     assert!(refused["wait_seconds"].as_f64().is_some_and(|w| w < 0.1), "a refusal is at once: {refused:#}");
     let missing = connect_errors(&f, pid, "ENOENT").unwrap();
     assert_eq!(missing["paths"], serde_json::json!([unix.display().to_string()]), "{missing:#}");
@@ -791,4 +807,90 @@ fn a_full_disk_is_counted_and_named_in_the_default_configuration() {
         .find(|f| f["kind"] == "syscall_errors" && f["pid"] == pid && f["syscall"] == "write")
         .unwrap();
     assert_eq!(e["paths"], serde_json::json!([file.to_str().unwrap()]), "{e:#}");
+}
+
+/// strace -y's lines of `call` on `file`: (bytes asked, what it returned;
+/// -1 for an error) each. The descriptor's number is not assumed (`-y`
+/// names its path: `write(3</tmp/x/frames.bin>, "\0"..., 10000) = 8192`).
+fn writes_of(strace: &str, call: &str, file: &str) -> Vec<(u64, i64)> {
+    let head = format!("{call}(");
+    let named = format!("<{file}>,");
+    strace
+        .lines()
+        .filter_map(|l| {
+            let at = l.find(&head)?;
+            let l = &l[at + head.len()..];
+            let (fd, rest) = l.split_once(' ')?;
+            if !fd.ends_with(&named) {
+                return None;
+            }
+            let (args, ret) = rest.rsplit_once(") = ")?;
+            // The count: write's last argument, pwrite64's before the offset.
+            let mut nums = args.rsplit(", ");
+            let asked = if call == "pwrite64" { nums.nth(1)? } else { nums.next()? };
+            let ret = ret.split_whitespace().next()?;
+            Some((asked.parse().ok()?, ret.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn short_writes_of_a_filling_disk_are_counted_and_named_where_write_is_traced() {
+    if !privileged("short_writes_of_a_filling_disk_are_counted_and_named_where_write_is_traced") {
+        return;
+    }
+    // 10000-byte blocks into a 256 KiB tmpfs: the last block that fits is
+    // short; then each try frees a block and writes two, the first short
+    // (two pages freed, three asked for), the second failing. (A .bin is
+    // of class model.)
+    let disk = SmallDisk::new("256k");
+    let file = disk.0.join("frames.bin");
+    let path = file.to_str().unwrap();
+    let w =
+        Traced::start(&["-y", "-e", "trace=write,pwrite64"], "fill_disk.py", &[path, "6", "0.15", "10000"]);
+    let pid = w.pid;
+    let d = Daemon::start(&["--pid", &pid.to_string(), "--syscalls", "default,write,pwrite64"]);
+    let strace = w.go();
+    let m = d.metrics();
+    for (call, family) in
+        [("write", "sonic_probe_short_writes_total"), ("pwrite64", "sonic_probe_short_pwrites_total")]
+    {
+        let lines = writes_of(&strace, call, path);
+        let short = lines.iter().filter(|&&(asked, ret)| ret >= 0 && (ret as u64) < asked).count() as u64;
+        let failed = lines.iter().filter(|&&(_, ret)| ret < 0).count() as u64;
+        assert!(short >= 3 && failed >= 3, "{call}: {lines:?}\n{strace}");
+        assert_eq!(
+            m.sum(family, &[("comm", "python3"), ("file_class", "model")]) as u64,
+            short,
+            "{call}: short writes, ours vs strace's\n{}",
+            m.text
+        );
+        assert_eq!(m.errors(call, "python3", "ENOSPC"), failed, "{call} ENOSPC: ours vs strace's");
+        let traced = m.sum(
+            &format!("sonic_probe_{call}_size_bytes_count"),
+            &[("comm", "python3"), ("file_class", "model")],
+        );
+        assert_eq!(traced as u64, lines.len() as u64, "{call}: every call on the file, traced");
+    }
+    let short_of = |f: &[serde_json::Value], call: &str| {
+        f.iter()
+            .find(|f| {
+                f["kind"] == "syscall_errors"
+                    && f["pid"] == pid
+                    && f["syscall"] == call
+                    && f["errno"] == "short_write"
+            })
+            .cloned()
+    };
+    let f = d.findings_when(|f| short_of(f, "write").is_some() && short_of(f, "pwrite64").is_some());
+    for call in ["write", "pwrite64"] {
+        let e = short_of(&f, call).unwrap();
+        assert_eq!(e["paths"], serde_json::json!([path]), "{e:#}");
+    }
+    let t = Command::new(sonic_probe_tests::sonic_probe_bin())
+        .args(["findings", "--url", &format!("http://{}", d.addr)])
+        .output()
+        .unwrap();
+    let t = String::from_utf8_lossy(&t.stdout);
+    assert!(t.contains("write wrote fewer bytes than asked") && t.contains(path), "{t}");
 }

@@ -12,9 +12,13 @@ and the benchmark (issue 15), each part as it really runs:
              its catalogs under /usr/share/locale, missing for de_DE),
              commands that fail (ls of a missing path, cat of a config file
              that is not there), and redirections that close descriptors
-             that were never open (close -> EBADF)
+             that were never open (close -> EBADF), and a write to a full
+             device (date >/dev/full: write -> ENOSPC, once per tool)
   python     Python start-ups (python3 -c ...): interpreter, locale, a tool
-             probing candidate config paths before it finds one
+             probing candidate config paths before it finds one, and its
+             agent's sockets before it gives up on them (a Unix socket
+             path with no file -> ENOENT, a local port nobody serves ->
+             ECONNREFUSED)
   getent     name-service lookups (passwd, group, hosts)
   git        git status / log / rev-parse in a small repository (git probes
              its missing config files on every start)
@@ -71,8 +75,11 @@ TOOL_ENV = {
 }
 
 PYTHON_TOOL = r"""
-import json, locale, os, sys
+import json, locale, os, socket, sys
 locale.setlocale(locale.LC_ALL, "")
+for family, addr in ((socket.AF_UNIX, "/run/nodetool/agent.sock"), (socket.AF_INET, ("127.0.0.1", 1))):
+    with socket.socket(family) as s:
+        s.connect_ex(addr)
 for p in ("~/.config/nodetool/config.json", "/etc/nodetool/config.json", "/usr/etc/nodetool.json", "%s"):
     try:
         with open(os.path.expanduser(p)) as f:
@@ -166,7 +173,8 @@ def main():
     parts = [
         bash_loop(p, f"{p}ls /usr/share >/dev/null; {p}cat /etc/hostname >/dev/null; {p}date >/dev/null; "
                   f"{p}wc -l /etc/passwd >/dev/null; {p}grep -q root /etc/passwd; "
-                  f"{p}ls /nonexistent-dir 2>/dev/null; {p}cat /etc/noise-tool.conf 2>/dev/null; exec 9>&-; true 8<&-",
+                  f"{p}ls /nonexistent-dir 2>/dev/null; {p}cat /etc/noise-tool.conf 2>/dev/null; exec 9>&-; true 8<&-; "
+                  f"{p}date >/dev/full 2>/dev/null",
                   SHELL_EVERY * scale, env, work),
         bash_loop(p, f"{python} -c '{PYTHON_TOOL % tool_conf}'", PYTHON_EVERY * scale, env, work),
         bash_loop(p, f"{p}getent passwd root >/dev/null; {p}getent group root >/dev/null; "

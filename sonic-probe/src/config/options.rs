@@ -234,7 +234,9 @@ run_options! {
     /// default: on inference nodes they are the hottest calls (logging,
     /// sockets, the GPU driver) and each traced call costs a few hundred ns.
     /// Failures of write, pwrite64 and writev (a full disk) are counted and
-    /// named whether they are traced or not. SIGHUP changes it.
+    /// named whether they are traced or not; short writes (fewer bytes
+    /// written than asked: a disk filling up) where write or pwrite64 is
+    /// traced. SIGHUP changes it.
     #[arg(long, value_name = "LIST", value_parser = parse_syscalls)]
     #[serde(deserialize_with = "syscalls")]
     syscalls: Option<u32> = "default";

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use sonic_probe_common::{
     comm_str, gpu_apis, syscalls, FileCloseEvent, GpuWaitEvent, ProcessEvent, SyscallEvent,
-    EMIT_PATH_UNREADABLE, EVENT_FILE_CLOSE, EVENT_GPU_WAIT, EVENT_PROCESS_EXEC, EVENT_PROCESS_EXIT,
-    EVENT_PROCESS_FORK, EVENT_SYSCALL, EVENT_SYSCALL_PATH,
+    EMIT_PATH_UNREADABLE, EMIT_SHORT, EVENT_FILE_CLOSE, EVENT_GPU_WAIT, EVENT_PROCESS_EXEC,
+    EVENT_PROCESS_EXIT, EVENT_PROCESS_FORK, EVENT_SYSCALL, EVENT_SYSCALL_PATH,
 };
 
 use crate::os::sockaddr::SockAddr;
@@ -150,6 +150,11 @@ impl Call {
     /// row's errno of a call under way (connect's EINPROGRESS).
     pub fn failure(&self) -> Option<u16> {
         self.errno().filter(|&e| Some(e) != self.syscall().in_progress_errno)
+    }
+    /// A write to a regular file that wrote fewer bytes than it asked,
+    /// without an error (EMIT_SHORT: the disk filling up).
+    pub fn is_short(&self) -> bool {
+        self.has_reason(EMIT_SHORT)
     }
     pub fn has_reason(&self, bit: u16) -> bool {
         self.raw.reasons & bit != 0

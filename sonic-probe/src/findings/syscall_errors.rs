@@ -8,7 +8,10 @@
 //! the last few failing paths are kept, for connect the addresses (and how
 //! long each failure took: a timeout is seconds, a refusal microseconds),
 //! for mmap/munmap the last length. A non-blocking connect's EINPROGRESS
-//! is the connection under way, not a failure.
+//! is the connection under way, not a failure. A short write (a write or
+//! pwrite64 to a regular file that wrote fewer bytes than it asked, without
+//! an error: the disk filling up, sent where write is traced) is a problem
+//! of its own, under the name [`SHORT_WRITE`] in place of an errno.
 //! Exact per-process counts are also in sonic_probe_syscall_errors_total.
 //!
 //! A failure is reported only once it *recurs* in its process (unless
@@ -101,7 +104,11 @@ impl DetailKind for Detail {
     }
 
     fn describe(&self) -> String {
-        let mut s = format!("{} failed {} times with {}", self.syscall, self.count, self.errno);
+        let mut s = if self.errno == SHORT_WRITE {
+            format!("{} wrote fewer bytes than asked {} times", self.syscall, self.count)
+        } else {
+            format!("{} failed {} times with {}", self.syscall, self.count, self.errno)
+        };
         if !self.paths.is_empty() {
             s.push_str(&format!(": {}", self.paths.join(", ")));
         }
@@ -151,6 +158,21 @@ impl DetectorCounts for Counts {
 
 /// Failing paths kept per finding.
 pub const MAX_PATHS: usize = 5;
+
+/// The errno label of short writes (EMIT_SHORT), which returned no errno.
+pub const SHORT_WRITE: &str = "short_write";
+
+/// The errno a short call is kept under: no errno is 0.
+const SHORT: u16 = 0;
+
+/// The errno's name, or [`SHORT_WRITE`].
+fn problem_name(e: u16) -> String {
+    if e == SHORT {
+        SHORT_WRITE.to_string()
+    } else {
+        errno::name(e)
+    }
+}
 
 /// errnos that ask the caller to try again: not failures.
 const RETRY: &[u16] = &[libc::EAGAIN as u16, libc::EINTR as u16, 512, 513, 514, 516];
@@ -230,7 +252,7 @@ fn recurs(st: &mut ErrState, path: Option<&str>, t: u64) -> bool {
 impl Detector for SyscallErrors {
     fn observe(&mut self, input: &Input<'_>, evictions: &mut Evictions) {
         let Event::Call(c) = input.event else { return };
-        let Some(e) = c.failure() else { return };
+        let Some(e) = c.failure().or(c.is_short().then_some(SHORT)) else { return };
         if c.raw.syscall == syscalls::FUTEX || RETRY.contains(&e) {
             return;
         }
@@ -288,7 +310,7 @@ impl Detector for SyscallErrors {
             None
         };
         if let Some(n) = counted {
-            let key = (name, errno::name(e));
+            let key = (name, problem_name(e));
             self.counts.recurring.add(&st.comm, input.cgroup, key.clone(), key, n);
         }
         if let Some(p) = shown {
@@ -327,7 +349,7 @@ impl Detector for SyscallErrors {
                 st.record(
                     Detail {
                         syscall: syscalls::by_index(*sc).map_or("?", |s| s.name).to_string(),
-                        errno: errno::name(*e),
+                        errno: problem_name(*e),
                         count: st.count,
                         paths: st.paths.iter().cloned().collect(),
                         length: st.length,
@@ -556,6 +578,35 @@ mod tests {
         let mut want: Vec<String> = with_fd.iter().map(|s| s.name.to_string()).collect();
         want.sort();
         assert_eq!(calls, want);
+    }
+
+    #[test]
+    fn short_writes_that_recur_are_a_problem_of_their_own_named_by_the_file() {
+        // A write of 10000 bytes to descriptor 6 that wrote `ret`.
+        let write = |t, ret, reasons| {
+            let mut c = call(syscalls::WRITE, 4, 4, t, 1_000, ret, [6, 0, 10_000, 0, 0, 0]);
+            c.raw.reasons = reasons;
+            Event::Call(c)
+        };
+        use sonic_probe_common::{EMIT_ERROR, EMIT_SHORT, EMIT_TRACE};
+        let mut e = Engine::new(&Settings::default());
+        e.observe(&openat(4, SEC / 2, "/srv/out/frames.bin", 6, 1));
+        // Whole writes sent for another reason (traced): nothing.
+        e.observe(&write(SEC, 10_000, EMIT_TRACE));
+        e.observe(&write(SEC + 1, 4_096, EMIT_SHORT));
+        assert!(found(&mut e, SEC + 2).is_empty(), "once is not yet a problem");
+        e.observe(&write(2 * SEC, 0, EMIT_SHORT));
+        e.observe(&write(2 * SEC + 1, -28, EMIT_ERROR));
+        e.observe(&write(3 * SEC, -28, EMIT_ERROR));
+        let f = found(&mut e, 3 * SEC);
+        let [findings::Detail::SyscallErrors(nospc), findings::Detail::SyscallErrors(short)] = &f[..] else {
+            panic!("{f:?}")
+        };
+        assert_eq!((short.errno.as_str(), short.count), (SHORT_WRITE, 2));
+        assert_eq!(short.describe(), "write wrote fewer bytes than asked 2 times: /srv/out/frames.bin");
+        assert_eq!((nospc.errno.as_str(), nospc.count), ("ENOSPC", 2), "an ENOSPC is another problem");
+        let recurring = counts::<Counts>(&e).recurring;
+        assert_eq!(recurring.get("app", 0, ("write", SHORT_WRITE.into())), 2);
     }
 
     #[test]

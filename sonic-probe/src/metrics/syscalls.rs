@@ -49,6 +49,8 @@ enum Use {
     Size,
     /// `small`, a counter.
     Small,
+    /// `short_calls`, a counter.
+    Short,
     /// Calls that did not fail, a counter.
     Succeeded,
     /// The latency histogram.
@@ -59,7 +61,7 @@ impl Use {
     fn kind(self) -> MetricType {
         match self {
             Use::Size | Use::Duration => HISTOGRAM,
-            Use::Bytes | Use::Small | Use::Succeeded => COUNTER,
+            Use::Bytes | Use::Small | Use::Short | Use::Succeeded => COUNTER,
         }
     }
 }
@@ -71,6 +73,7 @@ fn row_families(s: &Syscall) -> impl Iterator<Item = (Use, Family)> {
         (Use::Bytes, f.bytes),
         (Use::Size, f.size),
         (Use::Small, f.small),
+        (Use::Short, f.short),
         (Use::Succeeded, f.succeeded),
         (Use::Duration, f.duration),
     ]
@@ -167,6 +170,7 @@ pub fn collect(out: &mut Vec<MetricFamily>, snap: &Snapshot) {
                 Use::Bytes if calls > 0 => metrics.push(counter(&pairs, s.bytes as f64)),
                 Use::Size if calls > 0 => metrics.push(size_histogram(&pairs, s)),
                 Use::Small if calls > 0 => metrics.push(counter(&pairs, s.small as f64)),
+                Use::Short if calls > 0 => metrics.push(counter(&pairs, s.short_calls as f64)),
                 Use::Succeeded if calls > s.errors => {
                     metrics.push(counter(&pairs, (calls - s.errors) as f64))
                 }

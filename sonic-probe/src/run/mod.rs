@@ -26,7 +26,7 @@ use anyhow::{anyhow, Context};
 use prometheus::{process_collector::ProcessCollector, Registry};
 use sonic_probe_common::{
     syscalls::{mask_of, SYSCALLS},
-    ProbeConfig, EMIT_ERROR, EMIT_LARGE_MAP, EMIT_SLOW,
+    ProbeConfig, EMIT_ERROR, EMIT_LARGE_MAP, EMIT_SHORT, EMIT_SLOW,
 };
 use sonic_probe_ebpf::ProgramGroup;
 use tokio::{
@@ -460,7 +460,7 @@ async fn consume(
                     p.raw.exit_code
                 );
             }
-            Event::Call(c) if c.has_reason(EMIT_SLOW | EMIT_ERROR | EMIT_LARGE_MAP) => {
+            Event::Call(c) if c.has_reason(EMIT_SLOW | EMIT_ERROR | EMIT_LARGE_MAP | EMIT_SHORT) => {
                 debug!(
                     pid = c.tgid(),
                     tid = c.tid(),

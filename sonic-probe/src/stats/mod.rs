@@ -91,6 +91,7 @@ pub fn add_stats(dst: &mut SyscallStats, src: &SyscallStats) {
     dst.total_ns += src.total_ns;
     dst.bytes += src.bytes;
     dst.small += src.small;
+    dst.short_calls += src.short_calls;
     dst.size_total += src.size_total;
     for (d, s) in dst.latency.iter_mut().zip(src.latency.iter()) {
         *d += s;
