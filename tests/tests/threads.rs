@@ -165,10 +165,11 @@ fn on_cpu_and_runqueue_time_are_the_kernels_own() {
         assert_close(&format!("{} runqueue", t.name), runqueue.0, runqueue.1, 0.002 + wait_slack);
         // Under TCG the guest's scheduler clock (the TSC, calibrated
         // against an emulated timer) and its monotonic clock (ours) run at
-        // rates that differ by tenths of a percent (seen: 1.4998 s ours
-        // against the kernel's 1.5039 s of a 1.5 s spin): the direction
-        // holds within that.
-        let rate_slack = if tcg { 0.005 * interval } else { 0.0 };
+        // rates that differ by up to a percent or two (seen: 1.4998 s ours
+        // against the kernel's 1.5039 s of a 1.5 s spin on 6.1; 1.3954 s
+        // against 1.4161 s on 5.10, whose guest refines its TSC
+        // calibration after boot): the direction holds within that.
+        let rate_slack = if tcg { 0.02 * interval } else { 0.0 };
         assert!(on_cpu.0 >= on_cpu.1 - 0.002 - rate_slack, "{}: on_cpu {on_cpu:?}", t.name);
         assert!(runqueue.0 <= runqueue.1 + 0.002 + rate_slack, "{}: runqueue {runqueue:?}", t.name);
         // The workload's own numbers: spinning, a thread is on CPU or
