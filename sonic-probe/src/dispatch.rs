@@ -29,15 +29,11 @@ pub fn main() -> ExitCode {
         Command::Trace(args) => crate::trace::run(args),
         Command::CheckConfig(args) => crate::run::check_config(&args).map(|()| ExitCode::SUCCESS),
         Command::Findings(args) => {
-            let options = crate::client::ClientOptions {
-                ca_file: args.ca_file,
-                cert_file: args.cert_file,
-                key_file: args.key_file,
-                user: args.user,
-                password_file: args.password_file,
-            };
-            crate::client::run(&args.url, &options, args.json, args.stacks).map(|()| ExitCode::SUCCESS)
+            let options = args.connection.client_options();
+            crate::client::run(&args.connection.url, &options, args.json, args.stacks)
+                .map(|()| ExitCode::SUCCESS)
         }
+        Command::Top(args) => crate::top::run(&args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -39,6 +39,7 @@ pub mod run;
 pub mod stacks;
 pub mod stats;
 pub mod threads;
+pub mod top;
 pub mod trace;
 pub mod web;
 pub mod workloads;

@@ -86,6 +86,8 @@ const TEST_PACKAGES: &[(&str, &str)] = &[
     ("util-linux", "/usr/bin/setpriv"),
     ("curl", "/usr/bin/curl"),
     ("openssl", "/usr/bin/openssl"),
+    // `sonic-probe top`'s live view is tested in a tmux pane (tests/tests/top.rs).
+    ("tmux", "/usr/bin/tmux"),
     // NVIDIA's CUDA runtime library for the GPU tests, from PyPI
     // (sonic_probe_tests::cuda_runtime).
     ("python3-pip", "/usr/lib/python3/dist-packages/pip/__init__.py"),

@@ -10,7 +10,7 @@ use sonic_probe_common::syscalls;
 
 use crate::config::{
     options::{default_syscalls_text, opt_in_syscalls_text, RunArgs},
-    units::parse_size,
+    units::{parse_duration, parse_size},
 };
 
 /// The command's `about`: what it watches, from the syscall table.
@@ -69,6 +69,12 @@ pub enum Command {
     /// Print the findings of a running `sonic-probe run`: futex stalls,
     /// repeated opens, small reads, mmap churn, syscall errors.
     Findings(FindingsArgs),
+    /// The node at a glance, refreshed every second: per workload, its
+    /// processes and thread names with calls and errors per second, where
+    /// their threads' time goes (on CPU, waiting for a CPU, a lock, a file,
+    /// the network, the GPU), the p99 of their watched calls and their
+    /// findings, from a running `sonic-probe run`.
+    Top(TopArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -133,9 +139,8 @@ pub struct CheckConfigArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct FindingsArgs {
-    /// The daemon's HTTP address (its --listen).
-    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:9580")]
-    pub url: String,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
 
     /// Print the JSON of GET /findings instead of a table.
     #[arg(long)]
@@ -145,6 +150,14 @@ pub struct FindingsArgs {
     /// (the table shows the innermost meaningful frame of each).
     #[arg(long, conflicts_with = "json")]
     pub stacks: bool,
+}
+
+/// How `findings` and `top` reach the daemon.
+#[derive(Args, Debug, Clone)]
+pub struct ConnectionArgs {
+    /// The daemon's HTTP address (its --listen).
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:9580")]
+    pub url: String,
 
     /// For an https:// URL: the CA certificate(s), PEM, that signed the
     /// daemon's certificate. [default: the system's CA bundle]
@@ -169,6 +182,58 @@ pub struct FindingsArgs {
     /// A file holding --user's password (one line).
     #[arg(long, value_name = "FILE")]
     pub password_file: Option<std::path::PathBuf>,
+}
+
+impl ConnectionArgs {
+    pub fn client_options(&self) -> crate::client::ClientOptions {
+        crate::client::ClientOptions {
+            ca_file: self.ca_file.clone(),
+            cert_file: self.cert_file.clone(),
+            key_file: self.key_file.clone(),
+            user: self.user.clone(),
+            password_file: self.password_file.clone(),
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+
+    /// Time between two screens; the rates are over it (the difference of
+    /// two scrapes of /metrics), never since the daemon started.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_top_interval)]
+    pub interval: std::time::Duration,
+
+    /// Print one screen as plain text and exit (two scrapes --interval
+    /// apart, then the findings), for scripts and tickets.
+    #[arg(long)]
+    pub once: bool,
+
+    /// What rows are ordered by, largest first (`s` in the live view cycles
+    /// through them).
+    #[arg(long, value_name = "KEY", value_enum, default_value = "findings")]
+    pub sort: crate::top::SortKey,
+
+    /// Only workloads, process names and thread names containing TEXT
+    /// (`/` in the live view).
+    #[arg(long, value_name = "TEXT", default_value = "")]
+    pub filter: String,
+
+    /// Thread names shown under each process name with --once, the busiest
+    /// first.
+    #[arg(long, value_name = "N", default_value = "5")]
+    pub threads: usize,
+}
+
+/// --interval: 100ms to 1 hour.
+fn parse_top_interval(s: &str) -> Result<std::time::Duration, String> {
+    let d = parse_duration(s)?;
+    if d < std::time::Duration::from_millis(100) || d > std::time::Duration::from_secs(3600) {
+        return Err(format!("{s}: give 100ms to 1h"));
+    }
+    Ok(d)
 }
 
 #[cfg(test)]
