@@ -225,8 +225,8 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Starts `sonic-probe run ARGS --listen 127.0.0.1:0` and waits for its
-    /// ready line.
+    /// Starts `sonic-probe run ARGS --listen 127.0.0.1:0` (a free port; ARGS
+    /// may give their own `--listen`) and waits for its ready line.
     pub fn start(args: &[&str]) -> Daemon {
         Self::start_with(args, &[])
     }
@@ -237,12 +237,14 @@ impl Daemon {
     }
 
     /// Like [`Daemon::start_with`], running `program` (e.g. a link to the
-    /// binary, for a process name of its own).
+    /// binary, for a process name of its own). ARGS with a `--listen` of
+    /// their own keep it.
     pub fn start_program(program: &std::path::Path, args: &[&str], envs: &[(&str, &str)]) -> Daemon {
+        let listen: &[&str] = if args.contains(&"--listen") { &[] } else { &["--listen", "127.0.0.1:0"] };
         let mut child = Command::new(program)
             .arg("run")
             .args(args)
-            .args(["--listen", "127.0.0.1:0"])
+            .args(listen)
             .envs(envs.iter().copied())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())

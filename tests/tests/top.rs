@@ -54,6 +54,22 @@ impl Pane {
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
+    /// The screen with its attributes as escape sequences.
+    fn screen_with_attributes(&self) -> String {
+        let o = Command::new("tmux").args(["-L", &self.socket, "capture-pane", "-p", "-e"]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Makes the window `width` columns wide, as a terminal resized.
+    fn resize(&self, width: u16) {
+        let ok = Command::new("tmux")
+            .args(["-L", &self.socket, "resize-window", "-x", &width.to_string(), "-y", "40"])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "tmux resize-window");
+    }
+
     /// The screen once `done` holds of it (10 s at most).
     fn screen_when(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -79,6 +95,32 @@ fn stand_in(mode: &str, dir: &std::path::Path, name: &str) -> Workload {
     cmd.arg(sonic_sim()).arg(mode).args(["--requests", "8", "--stall", "1.0", "--wait-go"]);
     cmd.arg("--dir").arg(dir);
     Workload::start_command(cmd, Some(name), &[])
+}
+
+/// The colours set in `screen` (its SGR sequences' foreground and
+/// background parameters: 30-37, 38;5;N, 38;2;R;G;B, 40-47, 90-97, ...);
+/// bold and reverse are no colours.
+fn colours(screen: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for seq in screen.split("\x1b[").skip(1) {
+        let Some(end) = seq.find('m') else { continue };
+        let params: Vec<u32> = seq[..end].split(';').filter_map(|p| p.parse().ok()).collect();
+        let mut i = 0;
+        while i < params.len() {
+            match params[i] {
+                38 | 48 => {
+                    let n = if params.get(i + 1) == Some(&2) { 5 } else { 3 };
+                    out.push(format!("{:?}", &params[i..(i + n).min(params.len())]));
+                    i += n;
+                    continue;
+                }
+                30..=37 | 40..=47 | 90..=97 | 100..=107 => out.push(params[i].to_string()),
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+    out
 }
 
 /// The line of process name `name`'s row: indented by two spaces (after
@@ -142,6 +184,21 @@ fn the_stalled_service_is_first_by_futex_with_its_findings_and_their_stacks() {
     assert!(!page.contains(&hname), "only the selected process's findings:\n{page}");
     pane.keys(&["q"]);
     pane.screen_when("the table again", |s| s.contains("WHERE THE TIME GOES"));
+    // The bar's letters in their states' colours (NO_COLOR is unset here;
+    // behind_tls... checks it set).
+    let coloured = pane.screen_with_attributes();
+    assert!(colours(&coloured).len() >= 2, "the bar in colours:\n{coloured}");
+    // Resized to 80 columns: drawn again at once, the bar left out, no
+    // line wider than the terminal; back at 160, the bar is there again.
+    pane.resize(80);
+    let narrow = pane.screen_when("the table at 80 columns", |s| {
+        row(s, &fname).is_some() && !s.contains("TIME: C on CPU")
+    });
+    assert!(narrow.lines().all(|l| l.chars().count() <= 80), "{narrow}");
+    pane.resize(160);
+    pane.screen_when("the bar again at 160 columns", |s| {
+        row(s, &fname).is_some() && s.contains("TIME: C on CPU")
+    });
     pane.keys(&["q"]);
     let after = pane.screen_when("the exit status", |s| s.contains("EXIT="));
     assert!(after.contains("EXIT=0"), "{after}");
@@ -179,7 +236,8 @@ fn behind_tls_and_basic_auth_and_through_the_daemons_stop() {
         ),
     );
     let d = Daemon::start(&["--web-config", &web]);
-    let url = format!("https://{}", d.addr);
+    let addr = d.addr.to_string();
+    let url = format!("https://{addr}");
     let ca = pki.path("ca.crt");
     let top = |args: &[&str], password: Option<&str>| {
         let mut c = Command::new(sonic_probe_bin());
@@ -218,6 +276,16 @@ fn behind_tls_and_basic_auth_and_through_the_daemons_stop() {
     drop(d);
     let s = pane.screen_when("disconnected", |s| s.contains("disconnected: "));
     assert!(row(&s, "sonic-probe").is_some(), "the last screen stays under the notice:\n{s}");
+    // NO_COLOR: the findings count in bold, the selection reversed, no colour.
+    let plain = pane.screen_with_attributes();
+    assert!(colours(&plain).is_empty(), "NO_COLOR set, colours {:?}:\n{plain}", colours(&plain));
+    // The daemon back on the same address: the notice goes, the rows are
+    // of the new daemon (its own process, with rates of its scrapes).
+    let again = Daemon::start(&["--web-config", &web, "--listen", &addr]);
+    let s = pane
+        .screen_when("connected again", |s| !s.contains("disconnected") && row(s, "sonic-probe").is_some());
+    assert!(s.contains(&format!("top {url}: ")), "{s}");
+    drop(again);
     pane.keys(&["q"]);
     let after = pane.screen_when("the exit status", |s| s.contains("EXIT="));
     assert!(after.contains("EXIT=0"), "{after}");

@@ -165,6 +165,7 @@ mod tests {
                 count,
                 bytes: count * size,
                 typical_size: size,
+                files: Vec::new(),
             }),
             ..stall(pid, 0.0, 0)
         };

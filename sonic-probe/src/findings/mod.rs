@@ -40,6 +40,7 @@ pub mod mmap_churn;
 pub mod path_patterns;
 pub mod paths;
 pub mod repeated_open;
+pub mod request_paths;
 pub mod small_reads;
 pub(crate) mod state;
 pub mod syscall_errors;
@@ -852,6 +853,7 @@ mod tests {
             r#"{"kind":"futex_stall","tid":1,"thread":"t","wait_seconds":1.5,"op":"o","uaddr":"0x1","waker_tid":3,"waker_thread":"w","count":2,"stack":[{"function":"f","file":"a.py","line":3,"kind":"python"}],"waker_stack":[{"function":"f","file":"a.py","line":3,"kind":"python"}],"stack_note":"n","pid":7}"#,
             r#"{"kind":"repeated_open","path":"/p","file_class":"model","count":3,"bytes_read":4,"pid":7}"#,
             r#"{"kind":"small_reads","path":"/p","file_class":"audio","count":3,"bytes":4,"typical_size":5,"pid":7}"#,
+            r#"{"kind":"small_reads","path":"/r-*/a","file_class":"audio","count":3,"bytes":4,"typical_size":5,"files":[{"path":"/r-1/a","count":1,"bytes":1,"typical_size":5},{"path":"/r-2/a","count":2,"bytes":3,"typical_size":5}],"pid":7}"#,
             r#"{"kind":"mmap_churn","size_bytes":1,"count":2,"path":null,"pid":7}"#,
             r#"{"kind":"mmap_churn","size_bytes":1,"count":2,"path":"/x","pid":7}"#,
             r#"{"kind":"syscall_errors","syscall":"openat","errno":"ENOENT","count":1,"paths":[],"length":null,"pid":7}"#,

@@ -75,6 +75,7 @@ mod tests {
                 count: 9,
                 bytes: 9216,
                 typical_size: 1024,
+                files: Vec::new(),
             })),
             finding(Detail::MmapChurn(mmap_churn::Detail {
                 size_bytes: 1 << 25,

@@ -36,6 +36,7 @@ use sonic_probe_common::file_class_name;
 
 use super::{
     path_patterns::PathPatterns,
+    request_paths,
     state::{tracked, StateMap},
     DetailKind, Detector, Evictions, FileTotals, Input, LiveFile, PathDisplay, Record, Registration,
     RECUR_AFTER_NS,
@@ -56,14 +57,87 @@ pub struct Settings {
     pub min_count: u64,
 }
 
-/// Its finding: a regular file read in small pieces.
+/// Its finding: a regular file read in small pieces, or the files of one
+/// process whose paths differ only by a per-request part
+/// ([`super::request_paths`]), each read that way.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Detail {
+    /// The file, or the files' pattern (`data/req-*/speech.mp3`).
     pub path: String,
     pub file_class: String,
+    /// Small reads, of all the files.
+    pub count: u64,
+    /// Bytes they returned.
+    pub bytes: u64,
+    /// The bytes they asked for, on average.
+    pub typical_size: u64,
+    /// Of files folded into one pattern, each one's counts, by path; empty
+    /// for one file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileReads>,
+}
+
+/// One file's small reads, in a finding of several.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileReads {
+    pub path: String,
     pub count: u64,
     pub bytes: u64,
     pub typical_size: u64,
+}
+
+impl Detail {
+    /// The finding of one file.
+    fn of_file(path: String, file_class: String, t: &FileTotals) -> Self {
+        Detail {
+            path,
+            file_class,
+            count: t.small_reads,
+            bytes: t.small_read_bytes,
+            typical_size: t.small_read_requested / t.small_reads.max(1),
+            files: Vec::new(),
+        }
+    }
+
+    /// Its files, one or more.
+    fn each_file(self) -> Vec<FileReads> {
+        if self.files.is_empty() {
+            let Detail { path, count, bytes, typical_size, .. } = self;
+            vec![FileReads { path, count, bytes, typical_size }]
+        } else {
+            self.files
+        }
+    }
+
+    /// The finding of `files` (of one shape, at least one), by path.
+    fn of_files(file_class: String, mut files: Vec<FileReads>) -> Self {
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        files.dedup_by(|later, kept| {
+            let same = later.path == kept.path;
+            if same {
+                let total = kept.count + later.count;
+                kept.typical_size =
+                    (kept.typical_size * kept.count + later.typical_size * later.count) / total.max(1);
+                kept.count = total;
+                kept.bytes += later.bytes;
+            }
+            same
+        });
+        let count: u64 = files.iter().map(|f| f.count).sum();
+        let asked: u64 = files.iter().map(|f| f.typical_size * f.count).sum();
+        let mut d = Detail {
+            path: request_paths::pattern(files.iter().map(|f| f.path.as_str())),
+            file_class,
+            count,
+            bytes: files.iter().map(|f| f.bytes).sum(),
+            typical_size: asked / count.max(1),
+            files,
+        };
+        if d.files.len() == 1 {
+            d.files.clear();
+        }
+        d
+    }
 }
 
 impl DetailKind for Detail {
@@ -74,26 +148,40 @@ impl DetailKind for Detail {
     }
 
     fn fold(&mut self, later: Self) {
-        let total = self.count + later.count;
-        self.typical_size =
-            (self.typical_size * self.count + later.typical_size * later.count) / total.max(1);
-        self.count = total;
-        self.bytes += later.bytes;
+        let mut files = self.clone().each_file();
+        files.extend(later.each_file());
+        *self = Detail::of_files(self.file_class.clone(), files);
     }
 
     fn show_paths(&mut self, display: PathDisplay) {
         self.path = display.show(&self.path);
+        for f in &mut self.files {
+            f.path = display.show(&f.path);
+        }
     }
 
     fn describe(&self) -> String {
-        format!(
-            "{} ({}) read in small pieces: {} reads of about {} B, {} in all",
-            self.path,
-            self.file_class,
-            self.count,
-            self.typical_size,
-            human_bytes(self.bytes)
-        )
+        if self.files.is_empty() {
+            format!(
+                "{} ({}) read in small pieces: {} reads of about {} B, {} in all",
+                self.path,
+                self.file_class,
+                self.count,
+                self.typical_size,
+                human_bytes(self.bytes)
+            )
+        } else {
+            let n = self.files.len() as u64;
+            format!(
+                "{} ({}) read in small pieces: {n} files, {} reads of about {} B ({} a file), {} in all",
+                self.path,
+                self.file_class,
+                self.count,
+                self.typical_size,
+                (self.count + n / 2) / n,
+                human_bytes(self.bytes)
+            )
+        }
     }
 }
 
@@ -118,6 +206,10 @@ struct FileState {
 tracked!(FileState, opens);
 
 type Key = (u64, Arc<str>);
+
+/// The files one finding folds: the process incarnation, the paths'
+/// shape ([`request_paths::shape`]) and the file class.
+type FoldKey = (u64, String, u16);
 
 /// What it is told by the options (findings::Settings).
 struct Config {
@@ -311,6 +403,9 @@ impl Detector for SmallReads {
             add(&mut e.totals, &l.totals);
             e.last_ns = now_ns;
         }
+        // The files of one process that differ only by a per-request
+        // part of their paths make one finding.
+        let mut folds: HashMap<FoldKey, Vec<(Arc<str>, FileState)>> = HashMap::new();
         for ((inc, path), m) in merged {
             let t = m.totals;
             // Reported: the process had been reading that way long enough
@@ -320,19 +415,25 @@ impl Detector for SmallReads {
             {
                 continue;
             }
-            out.push(
-                m.record(
-                    Detail {
-                        path: path.to_string(),
-                        file_class: file_class_name(m.class).to_string(),
-                        count: t.small_reads,
-                        bytes: t.small_read_bytes,
-                        typical_size: t.small_read_requested / t.small_reads,
-                    }
-                    .into(),
-                    inc,
-                ),
+            folds.entry((inc, request_paths::shape(&path), m.class)).or_default().push((path, m));
+        }
+        for ((inc, _, class), files) in folds {
+            let class_name = file_class_name(class).to_string();
+            let (first_ns, last_ns) =
+                files.iter().fold((u64::MAX, 0), |(f, l), (_, m)| (f.min(m.first_ns), l.max(m.last_ns)));
+            let latest = files.iter().max_by_key(|(_, m)| m.last_ns).map(|(_, m)| m.clone()).expect("a file");
+            let detail = Detail::of_files(
+                class_name.clone(),
+                files
+                    .into_iter()
+                    .map(|(path, m)| {
+                        let Detail { path, count, bytes, typical_size, .. } =
+                            Detail::of_file(path.to_string(), class_name.clone(), &m.totals);
+                        FileReads { path, count, bytes, typical_size }
+                    })
+                    .collect(),
             );
+            out.push(FileState { first_ns, last_ns, ..latest }.record(detail.into(), inc));
         }
     }
 }
@@ -366,7 +467,8 @@ mod tests {
                 file_class: "audio".into(),
                 count: 65,
                 bytes: 65 * 1024,
-                typical_size: 1024
+                typical_size: 1024,
+                files: Vec::new(),
             })]
         );
     }
@@ -400,11 +502,14 @@ mod tests {
         assert!(found(&mut e, 3 * SEC + SEC / 10, &[]).is_empty(), "once, so far");
         request(&mut e, 1, 3 * SEC + SEC / 2);
         let f = found(&mut e, 4 * SEC, &[]);
-        assert_eq!(f.len(), 2, "both requests, the first included: {f:?}");
-        assert!(f.iter().all(|d| matches!(d, findings::Detail::SmallReads(Detail { count: 65, .. }))));
+        let [findings::Detail::SmallReads(d)] = &f[..] else {
+            panic!("one finding of the two requests: {f:?}")
+        };
+        assert_eq!(d.count, 130, "both requests, the first included: {f:?}");
+        assert_eq!(d.files.iter().map(|f| f.count).collect::<Vec<_>>(), [65, 65]);
         e.observe(&exit(5, 5 * SEC));
         e.observe(&exit(6, 5 * SEC));
-        assert_eq!(found(&mut e, 6 * SEC, &[]).len(), 2, "the service's findings outlive it");
+        assert_eq!(found(&mut e, 6 * SEC, &[]), f, "the service's findings outlive it");
     }
 
     #[test]
@@ -466,5 +571,85 @@ mod tests {
         // A stale live entry (another open of that fd) is not attributed.
         let stale = [(5, 7, SEC + 1, live[0].3)];
         assert!(found(&mut e, 3 * SEC, &stale).is_empty());
+    }
+
+    #[test]
+    fn per_request_files_of_a_process_fold_into_one_finding_keeping_each_files_counts() {
+        let mut e = Engine::new(&Settings::default());
+        // Five requests, each its own audio file read 1 KiB at a time
+        // (the last one still open), and a file of another name.
+        for i in 0..4u64 {
+            let t = SEC + i * SEC / 2;
+            e.observe(&openat(5, t, &format!("/data/req-{i}/speech.mp3"), 7, AUDIO));
+            e.observe(&close(5, t + 5_000_000, 7, t, 65 + i, 65536, 65 + i, (65 + i) * 1024));
+        }
+        e.observe(&openat(5, 3 * SEC, "/data/req-4/speech.mp3", 8, AUDIO));
+        e.observe(&openat(5, 3 * SEC, "/data/voice.wav", 9, AUDIO));
+        e.observe(&close(5, 3 * SEC + 1000, 9, 3 * SEC, 20, 20 * 512, 20, 20 * 512));
+        let totals = |n: u64| FileTotals {
+            reads: n,
+            read_bytes: n * 1024,
+            small_reads: n,
+            small_read_requested: n * 1024,
+            small_read_bytes: n * 1024,
+        };
+        let live = [(5, 8, 3 * SEC, totals(30))];
+        let mut f = found(&mut e, 4 * SEC, &live);
+        f.sort_by_key(|d| format!("{d:?}"));
+        let [findings::Detail::SmallReads(reqs), findings::Detail::SmallReads(voice)] = &f[..] else {
+            panic!("{f:#?}")
+        };
+        assert_eq!(voice.path, "/data/voice.wav");
+        assert!(voice.files.is_empty());
+        assert_eq!(reqs.path, "/data/req-*/speech.mp3");
+        assert_eq!((reqs.count, reqs.bytes, reqs.typical_size), (296, 296 * 1024, 1024));
+        let each: Vec<(&str, u64)> = reqs.files.iter().map(|f| (f.path.as_str(), f.count)).collect();
+        assert_eq!(
+            each,
+            [
+                ("/data/req-0/speech.mp3", 65),
+                ("/data/req-1/speech.mp3", 66),
+                ("/data/req-2/speech.mp3", 67),
+                ("/data/req-3/speech.mp3", 68),
+                ("/data/req-4/speech.mp3", 30)
+            ]
+        );
+        assert_eq!(
+            findings::DetailKind::describe(reqs),
+            "/data/req-*/speech.mp3 (audio) read in small pieces: 5 files, 296 reads of about 1024 B \
+             (59 a file), 296 KiB in all"
+        );
+        let json = serde_json::to_value(reqs).unwrap();
+        assert_eq!(
+            json["files"][4],
+            serde_json::json!({"path": "/data/req-4/speech.mp3", "count": 30, "bytes": 30720, "typical_size": 1024})
+        );
+        assert!(serde_json::to_value(voice).unwrap().get("files").is_none(), "one file has no list");
+        // Another process, the same problem: its own finding while it runs,
+        // folded with the first once both have exited (files by path).
+        for i in 3..7u64 {
+            let t = 5 * SEC + i * SEC / 2;
+            e.observe(&openat(6, t, &format!("/data/req-{i}/speech.mp3"), 7, AUDIO));
+            e.observe(&close(6, t + 5_000_000, 7, t, 10, 65536, 10, 10 * 1024));
+        }
+        e.observe(&close(5, 9 * SEC, 8, 3 * SEC, 30, 30 * 1024, 30, 30 * 1024));
+        e.observe(&exit(5, 9 * SEC));
+        e.observe(&exit(6, 9 * SEC));
+        let f = found(&mut e, 10 * SEC, &[]);
+        let folded: Vec<&Detail> = f
+            .iter()
+            .filter_map(|d| match d {
+                findings::Detail::SmallReads(d) if d.path == "/data/req-*/speech.mp3" => Some(d),
+                _ => None,
+            })
+            .collect();
+        let [d] = folded[..] else { panic!("{f:#?}") };
+        let each: Vec<(&str, u64)> = d.files.iter().map(|f| (f.path.as_str(), f.count)).collect();
+        assert_eq!(each.len(), 7, "{each:?}");
+        assert_eq!(
+            (each[3], each[4], each[6]),
+            (("/data/req-3/speech.mp3", 78), ("/data/req-4/speech.mp3", 40), ("/data/req-6/speech.mp3", 10))
+        );
+        assert_eq!(d.count, 296 + 40);
     }
 }

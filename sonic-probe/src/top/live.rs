@@ -73,6 +73,9 @@ struct App {
     /// The filter being typed (`/`), shown instead of the help.
     editing: Option<String>,
     view: Option<View>,
+    /// The view's rows as sorted, filtered and opened now: made again when
+    /// one of those changes ([`App::rearrange`]), not at every draw.
+    rows: Vec<Row>,
     findings: Vec<Finding>,
     disconnected: Option<String>,
     /// Workloads whose processes are hidden; processes whose threads are shown.
@@ -85,7 +88,12 @@ struct App {
 }
 
 impl App {
-    fn rows(&self) -> Vec<Row> {
+    /// Makes the rows again, after an update or a key.
+    fn rearrange(&mut self) {
+        self.rows = self.arranged_rows();
+    }
+
+    fn arranged_rows(&self) -> Vec<Row> {
         let Some(view) = &self.view else { return Vec::new() };
         let view = view.arranged(self.sort, &self.filter);
         let mut rows = Vec::new();
@@ -201,7 +209,7 @@ impl App {
             }
             return true;
         }
-        let rows = self.rows();
+        let rows = self.rows.clone();
         let at = self.selected_index(&rows);
         match code {
             KeyCode::Char('q') | KeyCode::Esc => return false,
@@ -293,10 +301,10 @@ impl App {
             None => format!("{}: connecting…", self.title),
         };
         frame.render_widget(Paragraph::new(head).style(Style::default().add_modifier(Modifier::BOLD)), top);
-        let rows = self.rows();
+        let rows = &self.rows;
         if let Some(scroll) = self.findings_page {
-            let found = self.selected_findings(&rows);
-            let name = rows.get(self.selected_index(&rows)).map_or(String::new(), |r| r.name.clone());
+            let found = self.selected_findings(rows);
+            let name = rows.get(self.selected_index(rows)).map_or(String::new(), |r| r.name.clone());
             let body_text = format!(
                 "Findings of {name} (q: back, ↑/↓: scroll)\n\n{}",
                 crate::client::render_with_stacks(&found)
@@ -306,7 +314,7 @@ impl App {
             let cols = text::columns_for(Some(width));
             let mut lines = vec![Line::from(format!(" {}", text::heading(&cols, Some(width))))
                 .style(Style::default().add_modifier(Modifier::BOLD))];
-            let at = self.selected_index(&rows);
+            let at = self.selected_index(rows);
             let height = usize::from(body.height).saturating_sub(1);
             // Keep the selected row in sight.
             let first = at.saturating_sub(height.saturating_sub(1));
@@ -389,6 +397,7 @@ pub fn run(args: &TopArgs, endpoint: Endpoint) -> Result<()> {
         filter: args.filter.clone(),
         editing: None,
         view: None,
+        rows: Vec::new(),
         findings: Vec::new(),
         disconnected: None,
         closed: HashSet::new(),
@@ -405,14 +414,24 @@ pub fn run(args: &TopArgs, endpoint: Endpoint) -> Result<()> {
 }
 
 fn event_loop(mut terminal: DefaultTerminal, mut app: App, rx: mpsc::Receiver<Update>) -> Result<()> {
+    // Drawn when something changed: a key, a resize, an update.
+    let mut changed = true;
     loop {
-        terminal.draw(|f| app.draw(f)).context("draw the screen")?;
+        if changed {
+            terminal.draw(|f| app.draw(f)).context("draw the screen")?;
+            changed = false;
+        }
         if event::poll(Duration::from_millis(100)).context("read the terminal")? {
             match event::read().context("read the terminal")? {
-                Event::Key(k) if k.kind == KeyEventKind::Press && !app.key(k.code, k.modifiers) => {
-                    return Ok(());
+                Event::Key(k) if k.kind == KeyEventKind::Press => {
+                    if !app.key(k.code, k.modifiers) {
+                        return Ok(());
+                    }
+                    app.rearrange();
+                    changed = true;
                 }
-                _ => {} // a resize is drawn at the loop's next turn
+                Event::Resize(..) => changed = true,
+                _ => {}
             }
         }
         for u in rx.try_iter() {
@@ -424,6 +443,8 @@ fn event_loop(mut terminal: DefaultTerminal, mut app: App, rx: mpsc::Receiver<Up
                 }
                 Update::Disconnected(e) => app.disconnected = Some(e),
             }
+            app.rearrange();
+            changed = true;
         }
     }
 }

@@ -58,11 +58,21 @@ pub fn terminal_width() -> Option<usize> {
     (ok && ws.ws_col > 0).then_some(usize::from(ws.ws_col))
 }
 
-/// The findings of the rows a filter keeps.
-pub fn matching<'a>(findings: &'a [Finding], filter: &str) -> Vec<&'a Finding> {
+/// The findings of the rows a filter keeps: of the processes of `view`
+/// (arranged with that filter, which keeps a process for its workload's,
+/// its own or a thread's name), and those whose process or workload name
+/// has the filter in it.
+pub fn matching<'a>(findings: &'a [Finding], filter: &str, view: &view::View) -> Vec<&'a Finding> {
+    let shown = |f: &Finding| {
+        view.workloads
+            .iter()
+            .any(|w| w.name == f.workload.name && w.processes.iter().any(|p| p.comm == f.comm))
+    };
     findings
         .iter()
-        .filter(|f| filter.is_empty() || f.comm.contains(filter) || f.workload.name.contains(filter))
+        .filter(|f| {
+            filter.is_empty() || f.comm.contains(filter) || f.workload.name.contains(filter) || shown(f)
+        })
         .collect()
 }
 
@@ -85,7 +95,7 @@ pub fn run(args: &TopArgs) -> Result<()> {
     let view = view_of(&before, &after, &found).arranged(args.sort, &args.filter);
     let title = format!("sonic-probe top {url}");
     print!("{}", text::screen(&view, &title, args.sort, args.threads, terminal_width()));
-    let shown: Vec<Finding> = matching(&found, &args.filter).into_iter().cloned().collect();
+    let shown: Vec<Finding> = matching(&found, &args.filter, &view).into_iter().cloned().collect();
     print!("\nFindings:\n{}", render_table(&shown));
     Ok(())
 }

@@ -445,4 +445,31 @@ sonic_probe_thread_seconds_total{workload="",comm="bash",thread="bash",state="on
                 .unwrap();
         assert_eq!(View::new(&before, &after, 1.0, &[]).workloads[0].figures.calls, Some(30.0));
     }
+
+    #[test]
+    fn a_filter_keeps_the_findings_of_the_processes_it_keeps() {
+        let finding = |comm: &str, workload: &str| {
+            let mut f: Finding = serde_json::from_str(&format!(
+                r#"{{"kind":"mmap_churn","size_bytes":1,"count":2,"path":null,"pid":7,"comm":"{comm}",
+                    "first_seen":"","last_seen":""}}"#
+            ))
+            .unwrap();
+            f.workload.name = workload.into();
+            f
+        };
+        let found = [finding("python3", "lipsync.service"), finding("bash", "")];
+        let v = view();
+        let comms = |filter: &str| -> Vec<String> {
+            crate::top::matching(&found, filter, &v.arranged(SortKey::Calls, filter))
+                .into_iter()
+                .map(|f| f.comm.clone())
+                .collect()
+        };
+        assert_eq!(comms(""), ["python3", "bash"]);
+        // By a thread's name: its process's findings.
+        assert_eq!(comms("pt_w"), ["python3"]);
+        assert_eq!(comms("lipsync"), ["python3"]);
+        assert_eq!(comms("bas"), ["bash"]);
+        assert!(comms("nothing").is_empty());
+    }
 }
