@@ -86,19 +86,28 @@ pub struct FileReads {
     pub typical_size: u64,
 }
 
-impl Detail {
-    /// The finding of one file.
-    fn of_file(path: String, file_class: String, t: &FileTotals) -> Self {
-        Detail {
+impl FileReads {
+    /// The small reads of the file at `path`, as counted in `t`.
+    fn of(path: String, t: &FileTotals) -> Self {
+        FileReads {
             path,
-            file_class,
             count: t.small_reads,
             bytes: t.small_read_bytes,
             typical_size: t.small_read_requested / t.small_reads.max(1),
-            files: Vec::new(),
         }
     }
 
+    /// Adds the reads of the same file in `later`.
+    fn add(&mut self, later: &FileReads) {
+        let total = self.count + later.count;
+        self.typical_size =
+            (self.typical_size * self.count + later.typical_size * later.count) / total.max(1);
+        self.count = total;
+        self.bytes += later.bytes;
+    }
+}
+
+impl Detail {
     /// Its files, one or more.
     fn each_file(self) -> Vec<FileReads> {
         if self.files.is_empty() {
@@ -115,11 +124,7 @@ impl Detail {
         files.dedup_by(|later, kept| {
             let same = later.path == kept.path;
             if same {
-                let total = kept.count + later.count;
-                kept.typical_size =
-                    (kept.typical_size * kept.count + later.typical_size * later.count) / total.max(1);
-                kept.count = total;
-                kept.bytes += later.bytes;
+                kept.add(later);
             }
             same
         });
@@ -418,20 +423,12 @@ impl Detector for SmallReads {
             folds.entry((inc, request_paths::shape(&path), m.class)).or_default().push((path, m));
         }
         for ((inc, _, class), files) in folds {
-            let class_name = file_class_name(class).to_string();
             let (first_ns, last_ns) =
                 files.iter().fold((u64::MAX, 0), |(f, l), (_, m)| (f.min(m.first_ns), l.max(m.last_ns)));
             let latest = files.iter().max_by_key(|(_, m)| m.last_ns).map(|(_, m)| m.clone()).expect("a file");
             let detail = Detail::of_files(
-                class_name.clone(),
-                files
-                    .into_iter()
-                    .map(|(path, m)| {
-                        let Detail { path, count, bytes, typical_size, .. } =
-                            Detail::of_file(path.to_string(), class_name.clone(), &m.totals);
-                        FileReads { path, count, bytes, typical_size }
-                    })
-                    .collect(),
+                file_class_name(class).to_string(),
+                files.into_iter().map(|(path, m)| FileReads::of(path.to_string(), &m.totals)).collect(),
             );
             out.push(FileState { first_ns, last_ns, ..latest }.record(detail.into(), inc));
         }
