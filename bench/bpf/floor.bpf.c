@@ -22,3 +22,15 @@ int BPF_PROG(floor_exit, struct pt_regs *regs, long ret)
 {
 	return 0;
 }
+
+SEC("uprobe")
+int floor_uprobe(struct pt_regs *ctx)
+{
+	return 0;
+}
+
+SEC("uretprobe")
+int floor_uretprobe(struct pt_regs *ctx)
+{
+	return 0;
+}

@@ -2,7 +2,9 @@
 //! (sonic-probe-ebpf's bpf/gpu_wait.h: an entry uprobe and a return probe
 //! on each) cost per call, next to bpftrace's uprobe and uretprobe on the
 //! same function timing it into a histogram, the usual way to get the
-//! same number by hand.
+//! same number by hand, and next to the floor: empty programs at the same
+//! entry and return (sp-reference uprobe-floor), what any uprobe tracer
+//! pays per call before its programs do anything.
 //!
 //! The call: NVIDIA's real runtime library's cudaStreamSynchronize(NULL)
 //! (tests/fetch_cuda_runtime.py; without a driver it returns an error at
@@ -35,6 +37,7 @@ use crate::{
 #[derive(Clone, Copy, PartialEq)]
 enum Who {
     Nothing,
+    Floor,
     Bpftrace,
     Sonic,
 }
@@ -43,6 +46,7 @@ impl Who {
     fn name(self) -> &'static str {
         match self {
             Who::Nothing => "no tracer",
+            Who::Floor => "empty uprobe + uretprobe (floor)",
             Who::Bpftrace => "bpftrace uprobe + uretprobe, histogram (reference)",
             Who::Sonic => "sonic-probe run (whole host)",
         }
@@ -71,8 +75,11 @@ fn cuda_runtime(root: &Path) -> Result<PathBuf> {
     Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
+/// The probed function.
+const PROBED: &str = "cudaStreamSynchronize";
+
 fn bpftrace_program(lib: &Path) -> String {
-    let f = format!("{}:cudaStreamSynchronize", lib.display());
+    let f = format!("{}:{PROBED}", lib.display());
     format!(
         "uprobe:{f} {{ @start[tid] = nsecs; }}\n\
          uretprobe:{f} /@start[tid]/ {{ @lat = hist(nsecs - @start[tid]); delete(@start[tid]); }}\n"
@@ -102,6 +109,14 @@ impl Bench {
     fn attach_gpu(&self, who: Who, lib: &Path) -> Result<(Attached, Option<Programs>)> {
         match who {
             Who::Nothing => Ok((Attached::Nothing, None)),
+            Who::Floor => {
+                let mut c = Command::new(&self.reference);
+                c.arg("uprobe-floor").arg(lib).arg(PROBED).stdin(Stdio::piped());
+                self.pin_tracer(&mut c);
+                let child = spawn_until(c, "attached", false)?;
+                let programs = Programs::of_process_named(child.id(), |_| true)?;
+                Ok((Attached::Process(child), Some(programs)))
+            }
             Who::Bpftrace => {
                 let mut c = Command::new("bpftrace");
                 c.args(["-e", &bpftrace_program(lib)]);
@@ -174,7 +189,7 @@ impl Bench {
 pub(crate) fn section(b: &Bench, rounds: usize, smoke: bool) -> Result<String> {
     let lib = cuda_runtime(&b.root)?;
     let n: u64 = if smoke { 20_000 } else { 200_000 };
-    let all = [Who::Nothing, Who::Bpftrace, Who::Sonic];
+    let all = [Who::Nothing, Who::Floor, Who::Bpftrace, Who::Sonic];
     let mut samples: Vec<Vec<Sample>> = all.iter().map(|_| Vec::new()).collect();
     for round in 0..rounds {
         for i in 0..all.len() {
@@ -223,14 +238,24 @@ pub(crate) fn section(b: &Bench, rounds: usize, smoke: bool) -> Result<String> {
             added(&other)
         ));
     }
-    let (ours, theirs) = (sync[2] - sync[0], sync[1] - sync[0]);
+    let (floor, theirs, ours) = (sync[1] - sync[0], sync[2] - sync[0], sync[3] - sync[0]);
     if theirs > 0.0 {
         out.push_str(&format!(
-            "\nsonic-probe's added cost per probed call is {:.2}x bpftrace's (goal <= 0.5x).",
-            ours / theirs
+            "\nsonic-probe's added cost per probed call is {:.2}x bpftrace's (goal <= 0.5x); \
+             the floor alone, empty programs at the same entry and return, is {:.2}x bpftrace's.",
+            ours / theirs,
+            floor / theirs
         ));
+        if theirs > floor {
+            out.push_str(&format!(
+                " Above the floor, sonic-probe adds {:+.0} ns and bpftrace {:+.0} ns a call ({:.2}x).",
+                ours - floor,
+                theirs - floor,
+                (ours - floor) / (theirs - floor)
+            ));
+        }
     }
-    if let (Some(o), Some(t)) = (kernel[2], kernel[1]) {
+    if let (Some(o), Some(t)) = (kernel[3], kernel[2]) {
         out.push_str(&format!(
             " Its programs' run time is {:.2}x bpftrace's; the rest of either's added cost is the traps.",
             o / t

@@ -46,8 +46,9 @@
 //! - `daemon`: the daemon's CPU, memory, start time and scaling;
 //! - `switches`: the scheduler programs' cost per context switch, next to
 //!   a minimal exact accountant of on-CPU and run-queue time;
-//! - `gpu`: the GPU uprobes' cost per probed CUDA call, next to bpftrace's
-//!   uprobe and uretprobe on the same function, and a call not probed;
+//! - `gpu`: the GPU uprobes' cost per probed CUDA call, next to the floor
+//!   (empty programs at the same entry and return) and bpftrace's uprobe
+//!   and uretprobe on the same function, and a call not probed;
 //! - `report`: the report's sections, and where it is written.
 //!
 //! Its binaries: `sp-bench` (the call loops, `src/bin/sp-bench.rs`) and

@@ -3,8 +3,9 @@
 //! embedded for sp-reference. Here and not in sonic-probe-ebpf, so that the
 //! shipped daemon carries none of them.
 
-/// Empty programs on sys_enter/sys_exit (`floor_enter`, `floor_exit`): what
-/// benchmarks compare sonic-probe's cost with.
+/// Empty programs on sys_enter/sys_exit (`floor_enter`, `floor_exit`), and
+/// for a function's entry and return (`floor_uprobe`, `floor_uretprobe`):
+/// what benchmarks compare sonic-probe's cost with.
 pub static FLOOR_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/floor.bpf.o"));
 
 /// The least an exact per-call latency histogram costs (`minimal_enter`,
