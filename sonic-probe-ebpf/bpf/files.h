@@ -105,14 +105,29 @@ static __always_inline bool inode_facts(struct inode *inode, struct open_file *o
 	return true;
 }
 
+/* The current task's descriptor table, for fd_inode. In the fast variant
+ * (a plain load) a program reads it where the verifier's paths through it
+ * are few, sys_exit at its start: each load of a pointer from the task is
+ * a search of the kernel's BTF for the verifier (6.x), on every path that
+ * reaches the load. The fallback's reads are helper calls, without that
+ * search: fd_inode reads it there, only when it is needed. */
+#if SP_TASK_BTF
+#define TASK_FILES(task) KREAD(task, files)
+#else
+#define TASK_FILES(task) ((struct files_struct *)0)
+#endif
+
 /* Fills the inode type, device and number of a process's descriptor;
  * returns false (leaving them 0) if it is not open. *rdev: the device a
- * character device node stands for, else 0. */
-static __always_inline bool fd_inode(struct task_struct *task, __u32 fd, struct open_file *out, __u32 *rdev)
+ * character device node stands for, else 0. files: TASK_FILES(task). */
+static __always_inline bool fd_inode(struct task_struct *task, struct files_struct *files, __u32 fd,
+				     struct open_file *out, __u32 *rdev)
 {
 	/* Direct loads through the task's BTF pointers where the kernel gives
 	 * us one, no helper calls (variant.h). */
-	struct files_struct *files = KREAD(task, files);
+#if !SP_TASK_BTF
+	files = KREAD(task, files);
+#endif
 	if (!files)
 		return false;
 	struct fdtable *fdt = KREAD(files, fdt);
@@ -384,16 +399,16 @@ static __always_inline bool reopen_counted(const struct probe_config *cfg, struc
 
 /* openat returned fd: enter it. True if the open is counted in reopens
  * and not to be sent (reopen_counted). */
-static __always_inline bool track_open(const struct probe_config *cfg, struct task_struct *task, __u32 tgid,
-				       __u32 fd, struct thread_state *st, __u64 path_uptr, bool may_count,
-				       struct open_file *out)
+static __always_inline bool track_open(const struct probe_config *cfg, struct task_struct *task,
+				       struct files_struct *files, __u32 tgid, __u32 fd, struct thread_state *st,
+				       __u64 path_uptr, bool may_count, struct open_file *out)
 {
 	struct file_key key = { .tgid = tgid, .fd = fd };
 	__u32 rdev = 0;
 	bool counted = false;
 
 	out->opened_ns = st->start_ns;
-	fd_inode(task, fd, out, &rdev);
+	fd_inode(task, files, fd, out, &rdev);
 	if (S_ISREG(out->mode))
 		counted = reopen_counted(cfg, task, tgid, st, path_uptr, may_count, out);
 	else
@@ -410,9 +425,10 @@ static __always_inline bool track_open(const struct probe_config *cfg, struct ta
 	return counted;
 }
 
-/* The entry of a descriptor, entered now if this is its first sight. */
+/* The entry of a descriptor, entered now if this is its first sight.
+ * files: TASK_FILES(task). */
 static __always_inline struct open_file *lookup_fd(const struct probe_config *cfg, struct task_struct *task,
-						   __u32 tgid, __u32 fd)
+						   struct files_struct *files, __u32 tgid, __u32 fd)
 {
 	struct file_key key = { .tgid = tgid, .fd = fd };
 	struct open_file *of = bpf_map_lookup_elem(&open_files, &key);
@@ -421,7 +437,7 @@ static __always_inline struct open_file *lookup_fd(const struct probe_config *cf
 		return of;
 	struct open_file fresh = {};
 	__u32 rdev = 0;
-	if (!fd_inode(task, fd, &fresh, &rdev))
+	if (!fd_inode(task, files, fd, &fresh, &rdev))
 		return NULL;
 	fresh.class = S_ISREG(fresh.mode) ? SP_FILE_CLASS_OTHER : class_of_device(cfg, rdev);
 	if (of) {

@@ -79,7 +79,7 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	/* strace mode names the file a close closes: look at it while it is open. */
 	int farg = sp_syscall_fd_arg(idx);
 	if (sp_syscall_fd_use(idx) == SP_FD_CLOSES && (cfg->trace_mask & (1u << idx)) && farg >= 0 && farg < 6)
-		lookup_fd(cfg, task, pid_tgid >> 32, st->args[farg]);
+		lookup_fd(cfg, task, TASK_FILES(task), pid_tgid >> 32, st->args[farg]);
 	/* strace mode prints a futex wait's timeout: read it while it is there. */
 	if (idx == SP_SYSCALL_FUTEX && (cfg->trace_mask & (1u << idx)) && st->args[3] &&
 	    futex_cmd_has_timeout(st->args[1] & SP_FUTEX_CMD_MASK) &&
@@ -154,7 +154,7 @@ static __always_inline void untraced_failure(struct pt_regs *regs, long ret, int
 	};
 	int farg = sp_syscall_fd_arg(idx);
 	if (farg >= 0 && farg < 6 && (int)st->args[farg] >= 0) {
-		struct open_file *of = lookup_fd(cfg, task, pid_tgid >> 32, st->args[farg]);
+		struct open_file *of = lookup_fd(cfg, task, TASK_FILES(task), pid_tgid >> 32, st->args[farg]);
 		if (of)
 			describe_file(&c, of);
 	}
@@ -190,17 +190,23 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	struct probe_config *cfg = get_config();
 	if (!cfg)
 		return 0;
+	/* The key and the descriptor table first, where few of the verifier's
+	 * paths through this program have split yet: each load of a pointer
+	 * from the task costs the verifier a search of the kernel's BTF, on
+	 * every path that reaches it (files.h, TASK_FILES). */
+	struct stats_key key = { .syscall = idx };
+	struct files_struct *files = TASK_FILES(task);
+	{
+		struct task_struct *leader = KREAD(task, group_leader);
+		KREAD_COMM(key.comm, leader);
+	}
+	/* Last: its tests of each pointer on the way split the paths. */
+	key.cgroup = workload_of(cfg, task);
 	if (cfg->inflight_waits && inflight_kept(cfg, pid_tgid) && is_futex_wait(idx, st))
 		inflight_exit((__u32)pid_tgid);
 	__u32 tgid = c.pid_tgid >> 32;
 	/* A call under way (connect's EINPROGRESS) did not fail. */
 	bool failed = ret < 0 && ret >= -4095 && -ret != sp_syscall_in_progress_errno(idx);
-
-	struct stats_key key = { .syscall = idx, .cgroup = workload_of(cfg, task) };
-	{
-		struct task_struct *leader = KREAD(task, group_leader);
-		KREAD_COMM(key.comm, leader);
-	}
 
 	struct call_sample sample = { .duration_ns = c.duration_ns, .failed = failed };
 	int sarg = sp_syscall_size_arg(idx);
@@ -229,7 +235,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		/* From fd_class_cache only the class and type: an event looks the
 		 * rest up below (file_ino stays 0). */
 		if (!fd_class_cached(tgid, fd, gen, &c.file_class, &c.file_mode)) {
-			struct open_file *of = lookup_fd(cfg, task, tgid, fd);
+			struct open_file *of = lookup_fd(cfg, task, files, tgid, fd);
 			if (of) {
 				describe_file(&c, of);
 				/* A regular file's reads are counted in its entry, so
@@ -252,7 +258,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		bool may_count = cfg->reopen_coalesce_ns && !(cfg->trace_mask & (1u << idx)) &&
 				 !(cfg->slow_call_ns && c.duration_ns >= cfg->slow_call_ns) &&
 				 (st->args[2] & SP_O_ACCMODE) == SP_O_RDONLY;
-		counted = track_open(cfg, task, tgid, ret, st, path_uptr, may_count, &of);
+		counted = track_open(cfg, task, files, tgid, ret, st, path_uptr, may_count, &of);
 		describe_file(&c, &of);
 	} else if (fuse == SP_FD_CLOSES && !failed && farg >= 0 && farg < 6) {
 		struct file_key fk = { .tgid = tgid, .fd = st->args[farg] };
@@ -302,7 +308,9 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	 * for an anonymous mapping). */
 	if ((fuse == SP_FD_NAMES || ((fuse == SP_FD_READ || fuse == SP_FD_CLASSIFY) && !c.file_ino)) && farg >= 0 &&
 	    farg < 6 && (int)st->args[farg] >= 0) {
-		struct open_file *of = lookup_fd(cfg, task, tgid, st->args[farg]);
+		/* The table read again, not `files`: kept live to here it takes
+		 * this program's frame past what 6.1 allows (stack_budget.rs). */
+		struct open_file *of = lookup_fd(cfg, task, TASK_FILES(task), tgid, st->args[farg]);
 		if (of)
 			describe_file(&c, of);
 	}

@@ -200,7 +200,7 @@ static __always_inline __u16 cause_of_fd(const struct probe_config *cfg, struct 
 	struct open_file of = {};
 	__u32 rdev = 0;
 
-	if (!fd_inode(task, fd, &of, &rdev))
+	if (!fd_inode(task, TASK_FILES(task), fd, &of, &rdev))
 		return SP_THREAD_OTHER;
 	switch (of.mode & S_IFMT) {
 	case S_IFSOCK:
