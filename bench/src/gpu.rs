@@ -238,7 +238,10 @@ pub(crate) fn section(b: &Bench, rounds: usize, smoke: bool) -> Result<String> {
             added(&other)
         ));
     }
-    let (floor, theirs, ours) = (sync[1] - sync[0], sync[2] - sync[0], sync[3] - sync[0]);
+    // Each tracer's figures by who it is, not by its place in `all`.
+    let at = |who: Who| all.iter().position(|w| *w == who).expect("every tracer is in `all`");
+    let added_by = |who: Who| sync[at(who)] - sync[at(Who::Nothing)];
+    let (floor, theirs, ours) = (added_by(Who::Floor), added_by(Who::Bpftrace), added_by(Who::Sonic));
     if theirs > 0.0 {
         out.push_str(&format!(
             "\nsonic-probe's added cost per probed call is {:.2}x bpftrace's (goal <= 0.5x); \
@@ -255,7 +258,7 @@ pub(crate) fn section(b: &Bench, rounds: usize, smoke: bool) -> Result<String> {
             ));
         }
     }
-    if let (Some(o), Some(t)) = (kernel[3], kernel[2]) {
+    if let (Some(o), Some(t)) = (kernel[at(Who::Sonic)], kernel[at(Who::Bpftrace)]) {
         out.push_str(&format!(
             " Its programs' run time is {:.2}x bpftrace's; the rest of either's added cost is the traps.",
             o / t
