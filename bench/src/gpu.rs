@@ -18,6 +18,7 @@
 //! both pay alike: two per call, at the entry and at the return).
 
 use std::{
+    ffi::OsStr,
     io::Write,
     path::{Path, PathBuf},
     process::{Command, Stdio},
@@ -110,10 +111,8 @@ impl Bench {
         match who {
             Who::Nothing => Ok((Attached::Nothing, None)),
             Who::Floor => {
-                let mut c = Command::new(&self.reference);
-                c.arg("uprobe-floor").arg(lib).arg(PROBED).stdin(Stdio::piped());
-                self.pin_tracer(&mut c);
-                let child = spawn_until(c, "attached", false)?;
+                let child =
+                    self.start_reference(&[OsStr::new("uprobe-floor"), lib.as_os_str(), OsStr::new(PROBED)])?;
                 let programs = Programs::of_process_named(child.id(), |_| true)?;
                 Ok((Attached::Process(child), Some(programs)))
             }

@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::{
     bpfstats::{self, Programs},
-    harness::{spawn_until, Bench},
+    harness::Bench,
     statistics::median,
     tracers::{Attached, Tracer},
 };
@@ -58,12 +58,7 @@ impl Bench {
     fn attach_switches(&self, who: Who) -> Result<Attached> {
         match who {
             Who::Nothing => Ok(Attached::Nothing),
-            Who::Minimal => {
-                let mut c = Command::new(&self.reference);
-                c.arg("sched-minimal").stdin(std::process::Stdio::piped());
-                self.pin_tracer(&mut c);
-                Ok(Attached::Process(spawn_until(c, "attached", false)?))
-            }
+            Who::Minimal => Ok(Attached::Process(self.start_reference(&["sched-minimal"])?)),
             Who::Sonic => self.attach(Tracer::SonicRun),
         }
     }

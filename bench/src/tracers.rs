@@ -7,6 +7,7 @@
 //! Adding a tracer to the benchmark starts here.
 
 use std::{
+    ffi::OsStr,
     path::PathBuf,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -192,13 +193,19 @@ pub(crate) fn parse_lost(stderr: &str) -> u64 {
 }
 
 impl Bench {
+    /// Starts sp-reference with `args` on the tracer's CPU and returns once
+    /// its programs are attached (it holds them until its stdin closes).
+    pub(crate) fn start_reference<S: AsRef<OsStr>>(&self, args: &[S]) -> Result<Child> {
+        let mut c = Command::new(&self.reference);
+        c.args(args).stdin(Stdio::piped());
+        self.pin_tracer(&mut c);
+        spawn_until(c, "attached", false)
+    }
+
     pub(crate) fn attach(&self, t: Tracer) -> Result<Attached> {
         Ok(match t {
             Tracer::Floor | Tracer::Minimal | Tracer::MinimalWithout(_) => {
-                let mut c = Command::new(&self.reference);
-                c.arg(t.short()).stdin(Stdio::piped());
-                self.pin_tracer(&mut c);
-                Attached::Process(spawn_until(c, "attached", false)?)
+                Attached::Process(self.start_reference(&[t.short()])?)
             }
             Tracer::SonicRun
             | Tracer::SonicRunFallback
